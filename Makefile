@@ -1,0 +1,52 @@
+# Two commands on a fresh machine:
+#   make lab    set up .venv, install the `workbench` kernelspec, open the tutorials in JupyterLab
+#   make test   set up .venv and run every test and notebook (ruff, pytest, nbval)
+#
+# Knobs (make VAR=value ...):
+#   PYTHON       interpreter that creates .venv                     (python3)
+#   CONSTRAINTS  pip constraints file that pins torch; empty = no pin (constraints.txt)
+#   HOST, PORT   where JupyterLab listens; the token stays on      (127.0.0.1, 8888)
+#   LAB_ARGS     extra arguments for `jupyter lab`, e.g. --no-browser
+#   PYTEST_ARGS  extra arguments for pytest, e.g. -k data
+
+PYTHON ?= python3
+VENV ?= .venv
+CONSTRAINTS ?= constraints.txt
+HOST ?= 127.0.0.1
+PORT ?= 8888
+LAB_ARGS ?=
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+PIN := $(if $(strip $(CONSTRAINTS)),-c $(CONSTRAINTS))
+STAMP := $(VENV)/.installed
+# Jupyter refuses to run as root unless told; containers and CI machines often are root.
+AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+.PHONY: lab test install lint clean
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(AS_ROOT) $(LAB_ARGS)
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest --nbval-lax $(PYTEST_ARGS) tests notebooks
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# torch first, from the pin, so that resolving the project never pulls a CUDA build on a CPU machine.
+$(STAMP): pyproject.toml $(CONSTRAINTS) kernels/workbench/kernel.json
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet $(PIN) torch
+	$(PIP) install --quiet $(PIN) -e '.[test,dev]'
+	$(BIN)/workbench kernel install --sys-prefix
+	touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

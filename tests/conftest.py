@@ -1,0 +1,95 @@
+"""Shared test helpers: the repository root and a stand-in for NVML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+class FakeNvml:
+    """Answers like pynvml for the GPUs described in ``gpus`` (dicts), or fails nvmlInit."""
+
+    NVML_NVLINK_MAX_LINKS = 6
+    NVML_FEATURE_ENABLED = 1
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, gpus=(), *, init_error: str | None = None):
+        self.gpus = list(gpus)
+        self.init_error = init_error
+        self.open = False
+        self.shutdowns = 0
+
+    def nvmlInit(self):
+        if self.init_error:
+            raise self.NVMLError(self.init_error)
+        self.open = True
+
+    def nvmlShutdown(self):
+        self.open = False
+        self.shutdowns += 1
+
+    def _gpu(self, handle):
+        assert self.open, "queried NVML before nvmlInit"
+        return self.gpus[handle]
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlSystemGetDriverVersion(self):
+        return "550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12040
+
+    def nvmlDeviceGetName(self, handle):
+        return self._gpu(handle)["name"]
+
+    def nvmlDeviceGetUUID(self, handle):
+        return f"GPU-{handle:04d}"
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return type("Memory", (), {"total": self._gpu(handle)["memory"], "used": 0})()
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        return self._gpu(handle)["capability"]
+
+    def _pcie(self, handle, key):
+        if "pcie" not in self._gpu(handle):
+            raise self.NVMLError("Not Supported")
+        return self._gpu(handle)["pcie"][key]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle):
+        return self._pcie(handle, 0)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle):
+        return self._pcie(handle, 1)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle):
+        return self._pcie(handle, 2)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle):
+        return self._pcie(handle, 3)
+
+    def nvmlDeviceGetNvLinkState(self, handle, link):
+        links = self._gpu(handle).get("nvlinks")
+        if links is None or link >= len(links):
+            raise self.NVMLError("Not Supported")
+        return links[link]
+
+
+@pytest.fixture
+def fake_nvml():
+    return FakeNvml

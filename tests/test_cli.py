@@ -1,0 +1,49 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workbench.cli import main
+
+
+def _workbench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "workbench", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_doctor_prints_the_table_and_exits_zero():
+    done = _workbench("doctor")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["section", "item", "value"] and set(lines[1]) <= {"-", " "}
+    assert "numba backend" in done.stdout and "cpu" in done.stdout
+
+
+def test_doctor_json_is_parseable():
+    done = _workbench("doctor", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {"cpu", "nvml", "cuda", "packages"} <= set(report)
+
+
+def test_console_script_is_installed():
+    import shutil
+
+    script = shutil.which("workbench", path=str(__import__("pathlib").Path(sys.executable).parent))
+    assert script, "the `workbench` console script is not installed next to this interpreter"
+    done = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("workbench ")
+
+
+def test_no_command_prints_help(capsys):
+    assert main([]) == 0
+    assert "doctor" in capsys.readouterr().out
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fly"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'fly'" in capsys.readouterr().err

@@ -1,0 +1,18 @@
+"""workbench: a Jupyter-centric workbench for learning and doing fast deep-learning training.
+
+Importing the package does no work: it starts no thread, touches no device, sets no environment variable
+and imports neither torch nor numba. Subpackages (data → train → monitor → widgets) are imported as needed.
+
+    >>> import workbench
+    >>> from workbench.devices import device_report
+    >>> print(device_report())      # doctest: +SKIP
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("workbench")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = ["__version__"]

@@ -1,0 +1,29 @@
+"""Argument checks that raise ValueError naming the field and what it accepts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def check_choice(field: str, value: object, allowed: Iterable[object]) -> None:
+    """Raise ValueError unless `value` is one of `allowed`."""
+    allowed = list(allowed)
+    if value not in allowed:
+        names = ", ".join(repr(a) for a in allowed)
+        raise ValueError(f"{field}={value!r} is not supported; allowed values: {names}")
+
+
+def check_int(field: str, value: object, *, minimum: int) -> int:
+    """Return `value` if it is an int ≥ `minimum`, else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field} must be an integer ≥ {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{field} must be an integer ≥ {minimum}, got {value}")
+    return value
+
+
+def check_positive(field: str, value: object) -> float:
+    """Return `value` as float if it is a number > 0, else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{field} must be a number > 0, got {value!r}")
+    return float(value)

@@ -1,0 +1,168 @@
+"""Offline datasets, built in memory: nothing is downloaded at run time.
+
+- ``digits``: scikit-learn's bundled 8×8 handwritten digits (1,797 images, 10 classes), scaled to [0, 1].
+- ``regression``: ``make_regression``-style linear data, y = X·w + b + noise·ε (default 1,000,000 × 10).
+- ``synthetic_images``: class templates plus Gaussian noise, for CNN-sized shapes of any size.
+
+    >>> from workbench.data import load_dataset
+    >>> load_dataset("regression", n_samples=1000, noise=0.1)
+    Dataset('regression', 1000 samples, features (10,) float32, targets (1,) float32)
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+import torch
+
+from workbench._validate import check_choice, check_int
+
+TASKS = ("classification", "regression")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """An in-memory dataset: sample ``i`` is ``(features[i], targets[i])``.
+
+    Args:
+        name: the registry name it was built from.
+        features: float32 tensor, shape ``(N, ...)``.
+        targets: int64 class labels ``(N,)`` for classification, float32 ``(N, 1)`` for regression.
+        task: ``"classification"`` or ``"regression"``.
+        num_classes: number of classes (classification only).
+        info: how it was made (generator parameters, true coefficients, ...).
+    """
+
+    name: str
+    features: torch.Tensor
+    targets: torch.Tensor
+    task: str
+    num_classes: int | None = None
+    info: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_choice("task", self.task, TASKS)
+        if len(self.features) != len(self.targets):
+            raise ValueError(
+                f"features and targets differ in length: {len(self.features)} != {len(self.targets)}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def subset(self, indices: torch.Tensor) -> Dataset:
+        """The samples at ``indices`` (a 1-D int64 tensor), as a new Dataset."""
+        return Dataset(
+            self.name, self.features[indices], self.targets[indices], self.task, self.num_classes, self.info
+        )
+
+    def __repr__(self) -> str:
+        shape = tuple(self.features.shape[1:])
+        dtype = str(self.features.dtype).removeprefix("torch.")
+        if self.task == "classification":
+            kind = f"{self.num_classes} classes"
+        else:
+            tdtype = str(self.targets.dtype).removeprefix("torch.")
+            kind = f"targets {tuple(self.targets.shape[1:])} {tdtype}"
+        return f"Dataset({self.name!r}, {len(self)} samples, features {shape} {dtype}, {kind})"
+
+
+def digits() -> Dataset:
+    """scikit-learn's bundled handwritten digits: features ``(1797, 1, 8, 8)`` in [0, 1], 10 classes."""
+    from sklearn.datasets import load_digits  # bundled with scikit-learn: no download
+
+    raw = load_digits()
+    images = torch.from_numpy(raw.images.astype(np.float32) / 16.0).unsqueeze(1)  # (N, 1, 8, 8)
+    labels = torch.from_numpy(raw.target.astype(np.int64))  # (N,)
+    return Dataset("digits", images, labels, "classification", num_classes=10, info={"source": "sklearn"})
+
+
+def regression(
+    *, n_samples: int = 1_000_000, n_features: int = 10, noise: float = 0.1, seed: int = 0
+) -> Dataset:
+    """Linear data y = X·w + b + noise·ε with X, w, b, ε standard normal; the best test MSE is ≈ noise².
+
+    ``info`` holds the true ``coef`` (n_features,) and ``bias`` so learned weights can be compared.
+    """
+    check_int("n_samples", n_samples, minimum=1)
+    check_int("n_features", n_features, minimum=1)
+    if isinstance(noise, bool) or not isinstance(noise, int | float) or not noise >= 0:
+        raise ValueError(f"noise must be a number ≥ 0, got {noise!r}")
+    rng = np.random.default_rng(seed)
+    coef = rng.standard_normal(n_features).astype(np.float32)
+    bias = np.float32(rng.standard_normal())
+    x = rng.standard_normal((n_samples, n_features), dtype=np.float32)  # (N, F)
+    eps = rng.standard_normal(n_samples, dtype=np.float32)
+    y = (x @ coef + bias + np.float32(noise) * eps)[:, None]  # (N, 1)
+    info = {"coef": coef.tolist(), "bias": float(bias), "noise": float(noise), "seed": seed}
+    return Dataset("regression", torch.from_numpy(x), torch.from_numpy(y), "regression", info=info)
+
+
+def synthetic_images(
+    *,
+    n_samples: int = 10_000,
+    image_size: int = 32,
+    channels: int = 3,
+    num_classes: int = 10,
+    noise: float = 0.5,
+    seed: int = 0,
+) -> Dataset:
+    """Images ``(N, channels, image_size, image_size)``: a smooth random template per class plus noise.
+
+    Learnable by a small CNN; ``noise`` sets how hard (templates have unit variance).
+    """
+    for name, value, minimum in (
+        ("n_samples", n_samples, 1),
+        ("image_size", image_size, 4),
+        ("channels", channels, 1),
+        ("num_classes", num_classes, 2),
+    ):
+        check_int(name, value, minimum=minimum)
+    if isinstance(noise, bool) or not isinstance(noise, int | float) or not noise >= 0:
+        raise ValueError(f"noise must be a number ≥ 0, got {noise!r}")
+    rng = np.random.default_rng(seed)
+    coarse = torch.from_numpy(rng.standard_normal((num_classes, channels, 4, 4), dtype=np.float32))
+    templates = torch.nn.functional.interpolate(
+        coarse, size=(image_size, image_size), mode="bilinear", align_corners=True
+    )  # (K, C, H, W)
+    templates = (templates - templates.mean()) / templates.std()
+    labels = torch.from_numpy(rng.integers(0, num_classes, n_samples, dtype=np.int64))  # (N,)
+    pixels = rng.standard_normal((n_samples, channels, image_size, image_size), dtype=np.float32)
+    images = templates[labels] + noise * torch.from_numpy(pixels)  # (N, C, H, W)
+    info = {"noise": float(noise), "seed": seed}
+    return Dataset("synthetic_images", images, labels, "classification", num_classes=num_classes, info=info)
+
+
+DATASETS: Mapping[str, Callable[..., Dataset]] = MappingProxyType(
+    {"digits": digits, "regression": regression, "synthetic_images": synthetic_images}
+)
+
+
+def load_dataset(name: str, **options: object) -> Dataset:
+    """Build the dataset registered as ``name`` with its keyword ``options``.
+
+    Args:
+        name: one of ``DATASETS`` (``"digits"``, ``"regression"``, ``"synthetic_images"``).
+        **options: the builder's keyword arguments, e.g. ``n_samples=1000`` for ``"regression"``.
+
+    Raises:
+        ValueError: unknown name or option, naming what is allowed.
+
+    Example:
+        >>> load_dataset("digits")
+        Dataset('digits', 1797 samples, features (1, 8, 8) float32, 10 classes)
+    """
+    check_choice("name", name, DATASETS)
+    builder = DATASETS[name]
+    allowed = list(inspect.signature(builder).parameters)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"dataset {name!r} takes no option {', '.join(unknown)}; "
+            f"allowed options: {', '.join(allowed) if allowed else 'none'}"
+        )
+    return builder(**options)

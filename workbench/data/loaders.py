@@ -1,0 +1,151 @@
+"""Mini-batches of one rank's shard of an in-memory dataset, with DistributedSampler semantics.
+
+Rank ``r`` of ``world_size`` takes every ``world_size``-th index of the epoch's order, starting at ``r``.
+The order is ``torch.randperm(n)`` seeded with ``seed + epoch`` (or ``range(n)`` without shuffling), exactly
+as ``torch.utils.data.DistributedSampler`` builds it, so shards match that sampler index for index. What
+happens when ``n`` is not a multiple of ``world_size`` is the ``remainder`` policy:
+
+- ``"pad"``: repeat the first indices so every rank gets ``ceil(n / world_size)`` (DistributedSampler's
+  default; every rank runs the same number of steps, which DDP training needs).
+- ``"drop"``: drop the tail so every rank gets ``floor(n / world_size)`` (DistributedSampler's drop_last).
+- ``"uneven"``: no padding, no dropping: every sample is seen exactly once per epoch across ranks and
+  shard sizes differ by at most one (for evaluation, where a padded duplicate would skew the metric).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from workbench._validate import check_choice, check_int
+from workbench.data.datasets import Dataset
+from workbench.data.splits import Splits
+
+REMAINDER_POLICIES = ("pad", "drop", "uneven")
+
+
+def shard_indices(
+    n: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    remainder: str = "pad",
+) -> torch.Tensor:
+    """Indices (int64, 1-D) of rank ``rank``'s shard of ``range(n)`` for ``epoch``; see the module doc."""
+    check_int("n", n, minimum=1)
+    check_int("world_size", world_size, minimum=1)
+    check_int("rank", rank, minimum=0)
+    if rank >= world_size:
+        raise ValueError(f"rank must be in 0..world_size-1 = 0..{world_size - 1}, got {rank}")
+    check_choice("remainder", remainder, REMAINDER_POLICIES)
+    if shuffle:
+        generator = torch.Generator().manual_seed(seed + epoch)
+        order = torch.randperm(n, generator=generator)
+    else:
+        order = torch.arange(n)
+    if remainder == "pad":
+        total = math.ceil(n / world_size) * world_size
+        order = order.repeat(math.ceil(total / n))[:total]
+    elif remainder == "drop":
+        order = order[: (n // world_size) * world_size]
+    return order[rank::world_size]
+
+
+class ShardedLoader:
+    """Batches ``(features, targets)`` of this rank's shard of ``dataset``; reshuffled by ``set_epoch``.
+
+    Args:
+        dataset: an in-memory :class:`~workbench.data.Dataset`.
+        batch_size: samples per batch (the last batch of an epoch may be smaller).
+        rank, world_size: which shard, of how many (``0 ≤ rank < world_size``).
+        shuffle: a new order every epoch (seeded with ``seed + epoch``) instead of dataset order.
+        seed: must be the same on every rank so the shards are disjoint.
+        remainder: ``"pad"``, ``"drop"`` or ``"uneven"``; see :mod:`workbench.data.loaders`.
+
+    Example:
+        >>> from workbench.data import load_dataset
+        >>> loader = ShardedLoader(load_dataset("digits"), batch_size=64, rank=1, world_size=2)
+        >>> loader.set_epoch(3)
+        >>> x, y = next(iter(loader))
+        >>> tuple(x.shape), tuple(y.shape), len(loader)
+        ((64, 1, 8, 8), (64,), 15)
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        batch_size: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        seed: int = 0,
+        remainder: str = "pad",
+    ) -> None:
+        self.dataset = dataset
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
+        self.rank, self.world_size = rank, world_size
+        self.shuffle, self.seed, self.remainder = shuffle, seed, remainder
+        self.epoch = 0
+        self.indices()  # validate every argument now, not at the first batch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch`` from the next iteration on (as DistributedSampler.set_epoch)."""
+        self.epoch = check_int("epoch", epoch, minimum=0)
+
+    def indices(self) -> torch.Tensor:
+        """This rank's sample indices for the current epoch, in the order they will be served."""
+        return shard_indices(
+            len(self.dataset),
+            rank=self.rank,
+            world_size=self.world_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=self.epoch,
+            remainder=self.remainder,
+        )
+
+    @property
+    def num_samples(self) -> int:
+        """Samples this rank serves per epoch."""
+        return len(self.indices())
+
+    def __len__(self) -> int:
+        return math.ceil(self.num_samples / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for batch in self.indices().split(self.batch_size):
+            yield self.dataset.features[batch], self.dataset.targets[batch]
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedLoader({self.dataset.name!r}, batch_size={self.batch_size}, rank={self.rank}, "
+            f"world_size={self.world_size}, {self.num_samples} samples, {len(self)} batches)"
+        )
+
+
+@dataclass(frozen=True)
+class SplitLoaders:
+    """Loaders for three splits: train shuffles and pads; val/test keep order and see each sample once."""
+
+    train: ShardedLoader
+    val: ShardedLoader
+    test: ShardedLoader
+
+
+def split_loaders(
+    splits: Splits, batch_size: int, *, rank: int = 0, world_size: int = 1, seed: int = 0
+) -> SplitLoaders:
+    """The usual loaders for training on ``splits`` as rank ``rank`` of ``world_size``."""
+    common = {"rank": rank, "world_size": world_size, "seed": seed}
+    return SplitLoaders(
+        train=ShardedLoader(splits.train, batch_size, shuffle=True, remainder="pad", **common),
+        val=ShardedLoader(splits.val, batch_size, shuffle=False, remainder="uneven", **common),
+        test=ShardedLoader(splits.test, batch_size, shuffle=False, remainder="uneven", **common),
+    )

@@ -1,0 +1,196 @@
+"""Is there CUDA, for torch and for numba, and does numba run on the GPU or on its CPU simulator?
+
+numba reads ``NUMBA_ENABLE_CUDASIM`` once, when ``numba.cuda`` is first imported. workbench chooses it:
+
+- you set ``NUMBA_ENABLE_CUDASIM`` (``0`` = GPU, ``1`` = simulator) before starting Python: that wins;
+- otherwise, ``auto``: the simulator when no CUDA driver library can be loaded, the GPU when one can.
+
+:func:`choose_numba_backend` only says what the choice is; :func:`configure_numba` applies it (sets the
+variable) and is what code about to import ``numba.cuda`` calls. Importing this module changes nothing.
+
+Asking torch or numba whether a GPU is usable initialises the CUDA driver, and a process whose driver is
+initialised can no longer fork workers that use CUDA. So where a driver exists, :func:`cuda_status` asks
+in a short-lived child process, leaving the caller (a notebook kernel, say) free to fork.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
+
+
+def _driver_library_names() -> tuple[str, ...]:
+    if sys.platform == "win32":
+        return ("nvcuda.dll",)
+    if sys.platform == "darwin":
+        return ()  # no CUDA on macOS
+    return ("libcuda.so.1", "libcuda.so")
+
+
+def cuda_driver_found() -> bool:
+    """True when the CUDA driver library loads; loading it does not initialise CUDA (no ``cuInit``)."""
+    for name in _driver_library_names():
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+@dataclass(frozen=True)
+class NumbaBackend:
+    """Where numba.cuda kernels run (``simulator`` True: on the CPU simulator) and why."""
+
+    simulator: bool
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{'CPU simulator' if self.simulator else 'GPU'} ({self.reason})"
+
+
+def choose_numba_backend(
+    environ: Mapping[str, str] | None = None, *, driver_found: bool | None = None
+) -> NumbaBackend:
+    """The backend numba.cuda will use: your ``NUMBA_ENABLE_CUDASIM`` if set, else auto from the driver.
+
+    Raises:
+        ValueError: ``NUMBA_ENABLE_CUDASIM`` is set to something other than an integer.
+    """
+    environ = os.environ if environ is None else environ
+    value = environ.get(SIMULATOR_VARIABLE, "").strip()
+    if value:
+        try:
+            simulator = int(value) != 0
+        except ValueError:
+            raise ValueError(
+                f"{SIMULATOR_VARIABLE}={value!r} is not supported; allowed values: '0' (GPU), '1' (simulator)"
+            ) from None
+        return NumbaBackend(simulator, f"set by {SIMULATOR_VARIABLE}={value}")
+    found = cuda_driver_found() if driver_found is None else driver_found
+    if found:
+        return NumbaBackend(False, f"auto: CUDA driver found; set {SIMULATOR_VARIABLE}=1 to simulate")
+    return NumbaBackend(True, f"auto: no CUDA driver found; {SIMULATOR_VARIABLE}=0 forces the GPU")
+
+
+def configure_numba(simulator: bool | None = None) -> NumbaBackend:
+    """Apply the backend choice before ``numba.cuda`` is imported, and return it.
+
+    Args:
+        simulator: True/False to force the CPU simulator/the GPU; None for :func:`choose_numba_backend`.
+
+    Raises:
+        RuntimeError: ``numba.cuda`` was already imported with the other backend; it cannot be switched
+            inside a running process (restart the kernel, then configure before importing numba.cuda).
+    """
+    if simulator is None:
+        backend = choose_numba_backend()
+    else:
+        backend = NumbaBackend(bool(simulator), "chosen by the caller")
+    if "numba.cuda" in sys.modules:
+        in_effect = "numba.cuda.simulator" in sys.modules
+        if in_effect != backend.simulator:
+            have, want = ("simulator", "GPU") if in_effect else ("GPU", "simulator")
+            raise RuntimeError(
+                f"numba.cuda was already imported on the {have}; the {want} was asked for "
+                f"({backend.reason}). numba cannot switch inside a running process: restart the kernel "
+                f"and set {SIMULATOR_VARIABLE} (or call configure_numba) before anything imports numba.cuda."
+            )
+        return backend
+    os.environ[SIMULATOR_VARIABLE] = "1" if backend.simulator else "0"
+    return backend
+
+
+@dataclass(frozen=True)
+class CudaStatus:
+    """CUDA as torch and numba see it. ``error`` says why the child-process probe failed, if it did."""
+
+    driver_found: bool
+    torch_version: str
+    torch_cuda_build: str | None
+    torch_devices: tuple[str, ...]
+    numba_backend: NumbaBackend
+    numba_devices: tuple[str, ...]
+    error: str | None = None
+
+    @property
+    def torch_available(self) -> bool:
+        return bool(self.torch_devices)
+
+    @property
+    def numba_available(self) -> bool:
+        return self.numba_backend.simulator or bool(self.numba_devices)
+
+
+# Runs in a child process: initialising CUDA there keeps the parent fork-safe.
+_PROBE = """
+import json
+import torch
+torch_devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+numba_devices, numba_error = [], None
+try:
+    from numba import cuda
+    if cuda.is_available():
+        names = [device.name for device in cuda.list_devices()]
+        numba_devices = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    else:
+        numba_error = str(cuda.cuda_error())
+except Exception as error:  # reported, not raised: the probe must always answer
+    numba_error = f"{type(error).__name__}: {error}"
+print(json.dumps({"torch": torch_devices, "numba": numba_devices, "numba_error": numba_error}))
+"""
+
+
+def cuda_status(*, timeout: float = 120.0) -> CudaStatus:
+    """CUDA for torch and numba, without initialising CUDA in this process.
+
+    Without a CUDA driver the answer is immediate (nothing to ask). With one, torch and numba are asked
+    in a child process that gets the same ``NUMBA_ENABLE_CUDASIM`` choice.
+    """
+    import torch  # importing torch does not initialise CUDA
+
+    backend = choose_numba_backend()
+    driver = cuda_driver_found()
+    base = {
+        "driver_found": driver,
+        "torch_version": torch.__version__,
+        "torch_cuda_build": torch.version.cuda,
+        "numba_backend": backend,
+    }
+    if not driver:
+        return CudaStatus(torch_devices=(), numba_devices=(), **base)
+    probe = probe_cuda_in_child(simulator=backend.simulator, timeout=timeout)
+    if "error" in probe:
+        return CudaStatus(torch_devices=(), numba_devices=(), error=probe["error"], **base)
+    numba_error = probe.get("numba_error")
+    return CudaStatus(
+        torch_devices=tuple(probe["torch"]),
+        numba_devices=tuple(probe["numba"]),
+        error=f"numba: {numba_error}" if numba_error and not backend.simulator else None,
+        **base,
+    )
+
+
+def probe_cuda_in_child(*, simulator: bool, timeout: float = 120.0) -> dict:
+    """Run the CUDA probe in a child Python; its JSON answer, or ``{"error": ...}``."""
+    env = {**os.environ, SIMULATOR_VARIABLE: "1" if simulator else "0"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"CUDA probe did not answer within {timeout:.0f} s"}
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"CUDA probe failed (exit {done.returncode}): {last}"}
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {"error": f"CUDA probe gave no answer: {done.stdout[-200:]!r}"}

@@ -1,0 +1,26 @@
+"""Plain-text and HTML tables for reports (device report, benchmarks)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns under ``headers``, separated by two spaces, with a dashed rule."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, caption: str = "") -> str:
+    """The same table as HTML, escaped, for ``_repr_html_`` in notebooks."""
+    head = "".join(f"<th style='text-align:left'>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+        for row in rows
+    )
+    cap = f"<caption style='text-align:left'><b>{html.escape(caption)}</b></caption>" if caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
