@@ -23,6 +23,8 @@ PIN := $(if $(strip $(CONSTRAINTS)),-c $(CONSTRAINTS))
 STAMP := $(VENV)/.installed
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+# JupyterLab and nbval find the `workbench` kernel of this .venv before any user-wide one of that name.
+export JUPYTER_PREFER_ENV_PATH := 1
 
 .PHONY: lab test install lint clean
 

@@ -22,8 +22,8 @@ def check_int(field: str, value: object, *, minimum: int) -> int:
     return value
 
 
-def check_positive(field: str, value: object) -> float:
-    """Return `value` as float if it is a number > 0, else raise ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{field} must be a number > 0, got {value!r}")
+def check_nonnegative(field: str, value: object) -> float:
+    """Return ``value`` as float if it is a number ≥ 0, else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{field} must be a number ≥ 0, got {value!r}")
     return float(value)

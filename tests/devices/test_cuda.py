@@ -96,3 +96,20 @@ def test_status_carries_the_probes_failure(monkeypatch):
     )
     status = cuda_status()
     assert not status.torch_available and status.error == "CUDA probe failed (exit 1): boom"
+
+
+def test_status_reports_a_bad_variable_instead_of_raising(monkeypatch):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "yes")
+    monkeypatch.setattr(cuda_module, "cuda_driver_found", lambda: False)
+    status = cuda_status()
+    assert "NUMBA_ENABLE_CUDASIM='yes' is not supported" in status.error
+    assert status.numba_backend.simulator is False  # what numba itself does with an unparsable value
+
+
+def test_a_forced_simulator_lists_no_numba_gpus(monkeypatch):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.setattr(cuda_module, "cuda_driver_found", lambda: True)
+    answer = {"torch": ["NVIDIA H100"], "numba": ["SIMULATOR"], "numba_error": None}
+    monkeypatch.setattr(cuda_module, "probe_cuda_in_child", lambda **_: answer)
+    status = cuda_status()
+    assert status.numba_devices == () and status.numba_available and status.torch_available

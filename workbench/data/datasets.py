@@ -19,7 +19,7 @@ from types import MappingProxyType
 import numpy as np
 import torch
 
-from workbench._validate import check_choice, check_int
+from workbench._validate import check_choice, check_int, check_nonnegative
 
 TASKS = ("classification", "regression")
 
@@ -90,8 +90,7 @@ def regression(
     """
     check_int("n_samples", n_samples, minimum=1)
     check_int("n_features", n_features, minimum=1)
-    if isinstance(noise, bool) or not isinstance(noise, int | float) or not noise >= 0:
-        raise ValueError(f"noise must be a number ≥ 0, got {noise!r}")
+    check_nonnegative("noise", noise)
     rng = np.random.default_rng(seed)
     coef = rng.standard_normal(n_features).astype(np.float32)
     bias = np.float32(rng.standard_normal())
@@ -122,8 +121,7 @@ def synthetic_images(
         ("num_classes", num_classes, 2),
     ):
         check_int(name, value, minimum=minimum)
-    if isinstance(noise, bool) or not isinstance(noise, int | float) or not noise >= 0:
-        raise ValueError(f"noise must be a number ≥ 0, got {noise!r}")
+    check_nonnegative("noise", noise)
     rng = np.random.default_rng(seed)
     coarse = torch.from_numpy(rng.standard_normal((num_classes, channels, 4, 4), dtype=np.float32))
     templates = torch.nn.functional.interpolate(

@@ -156,7 +156,11 @@ def cuda_status(*, timeout: float = 120.0) -> CudaStatus:
     """
     import torch  # importing torch does not initialise CUDA
 
-    backend = choose_numba_backend()
+    try:
+        backend, problem = choose_numba_backend(), None
+    except ValueError as error:  # reported, not raised: this is what the doctor is for
+        backend = NumbaBackend(False, f"numba ignores the invalid {SIMULATOR_VARIABLE} and uses the GPU")
+        problem = str(error)
     driver = cuda_driver_found()
     base = {
         "driver_found": driver,
@@ -165,15 +169,15 @@ def cuda_status(*, timeout: float = 120.0) -> CudaStatus:
         "numba_backend": backend,
     }
     if not driver:
-        return CudaStatus(torch_devices=(), numba_devices=(), **base)
+        return CudaStatus(torch_devices=(), numba_devices=(), error=problem, **base)
     probe = probe_cuda_in_child(simulator=backend.simulator, timeout=timeout)
     if "error" in probe:
         return CudaStatus(torch_devices=(), numba_devices=(), error=probe["error"], **base)
-    numba_error = probe.get("numba_error")
+    numba_error = None if backend.simulator else probe.get("numba_error")
     return CudaStatus(
         torch_devices=tuple(probe["torch"]),
-        numba_devices=tuple(probe["numba"]),
-        error=f"numba: {numba_error}" if numba_error and not backend.simulator else None,
+        numba_devices=() if backend.simulator else tuple(probe["numba"]),  # not the simulator's fakes
+        error=problem or (f"numba: {numba_error}" if numba_error else None),
         **base,
     )
 
