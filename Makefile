@@ -34,7 +34,7 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest --nbval-lax $(PYTEST_ARGS) tests notebooks
+	$(BIN)/python -m pytest --nbval-lax --doctest-modules $(PYTEST_ARGS) tests workbench notebooks
 
 install: $(STAMP)
 

@@ -5,7 +5,14 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from workbench.data import ShardedLoader, load_dataset, shard_indices, split_dataset, split_loaders
+from workbench.data import (
+    ShardedLoader,
+    load_dataset,
+    shard_indices,
+    shard_size,
+    split_dataset,
+    split_loaders,
+)
 
 SIZES = [1, 2, 7, 64, 100, 1797]
 WORLD_SIZES = [1, 2, 3, 4]
@@ -54,6 +61,15 @@ def test_pad_gives_equal_shards_and_every_sample_at_least_once(n, world_size):
     counts = Counter(i for shard in shards for i in shard)
     assert set(counts) == set(range(n))
     assert sum(counts.values()) - n == math.ceil(n / world_size) * world_size - n  # only the padding repeats
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("remainder", ["pad", "drop", "uneven"])
+def test_shard_size_is_the_length_of_the_shard(n, world_size, remainder):
+    for rank in range(world_size):
+        options = {"rank": rank, "world_size": world_size, "remainder": remainder}
+        assert shard_size(n, **options) == len(shard_indices(n, **options))
 
 
 def test_divisible_sizes_see_every_sample_exactly_once_under_every_policy():

@@ -11,6 +11,7 @@ from workbench.data.loaders import (
     ShardedLoader,
     SplitLoaders,
     shard_indices,
+    shard_size,
     split_loaders,
 )
 from workbench.data.splits import Splits, split_dataset, split_indices
@@ -24,6 +25,7 @@ __all__ = [
     "Splits",
     "load_dataset",
     "shard_indices",
+    "shard_size",
     "split_dataset",
     "split_indices",
     "split_loaders",

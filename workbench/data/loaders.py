@@ -38,12 +38,7 @@ def shard_indices(
     remainder: str = "pad",
 ) -> torch.Tensor:
     """Indices (int64, 1-D) of rank ``rank``'s shard of ``range(n)`` for ``epoch``; see the module doc."""
-    check_int("n", n, minimum=1)
-    check_int("world_size", world_size, minimum=1)
-    check_int("rank", rank, minimum=0)
-    if rank >= world_size:
-        raise ValueError(f"rank must be in 0..world_size-1 = 0..{world_size - 1}, got {rank}")
-    check_choice("remainder", remainder, REMAINDER_POLICIES)
+    _check_shard(n, rank, world_size, remainder)
     if shuffle:
         generator = torch.Generator().manual_seed(seed + epoch)
         order = torch.randperm(n, generator=generator)
@@ -57,6 +52,25 @@ def shard_indices(
     return order[rank::world_size]
 
 
+def shard_size(n: int, *, rank: int = 0, world_size: int = 1, remainder: str = "pad") -> int:
+    """``len(shard_indices(...))`` for the same arguments, without building the permutation."""
+    _check_shard(n, rank, world_size, remainder)
+    if remainder == "pad":
+        return math.ceil(n / world_size)
+    if remainder == "drop":
+        return n // world_size
+    return len(range(rank, n, world_size))
+
+
+def _check_shard(n: int, rank: int, world_size: int, remainder: str) -> None:
+    check_int("n", n, minimum=1)
+    check_int("world_size", world_size, minimum=1)
+    check_int("rank", rank, minimum=0)
+    if rank >= world_size:
+        raise ValueError(f"rank must be in 0..world_size-1 = 0..{world_size - 1}, got {rank}")
+    check_choice("remainder", remainder, REMAINDER_POLICIES)
+
+
 class ShardedLoader:
     """Batches ``(features, targets)`` of this rank's shard of ``dataset``; reshuffled by ``set_epoch``.
 
@@ -67,6 +81,8 @@ class ShardedLoader:
         shuffle: a new order every epoch (seeded with ``seed + epoch``) instead of dataset order.
         seed: must be the same on every rank so the shards are disjoint.
         remainder: ``"pad"``, ``"drop"`` or ``"uneven"``; see :mod:`workbench.data.loaders`.
+
+    ``num_samples`` is how many samples this rank serves per epoch; ``len(loader)`` the batches.
 
     Example:
         >>> from workbench.data import load_dataset
@@ -93,7 +109,7 @@ class ShardedLoader:
         self.rank, self.world_size = rank, world_size
         self.shuffle, self.seed, self.remainder = shuffle, seed, remainder
         self.epoch = 0
-        self.indices()  # validate every argument now, not at the first batch
+        self.num_samples = shard_size(len(dataset), rank=rank, world_size=world_size, remainder=remainder)
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` from the next iteration on (as DistributedSampler.set_epoch)."""
@@ -110,11 +126,6 @@ class ShardedLoader:
             epoch=self.epoch,
             remainder=self.remainder,
         )
-
-    @property
-    def num_samples(self) -> int:
-        """Samples this rank serves per epoch."""
-        return len(self.indices())
 
     def __len__(self) -> int:
         return math.ceil(self.num_samples / self.batch_size)

@@ -2,7 +2,9 @@
 
 >>> from workbench.devices import device_report
 >>> report = device_report()
->>> print(report)            # a text table; in a notebook the report displays as an HTML table
+>>> print(report)  # doctest: +SKIP
+
+In a terminal that prints a text table; in a notebook the report displays as an HTML table.
 """
 
 from __future__ import annotations
