@@ -1,6 +1,8 @@
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,9 +31,7 @@ def test_doctor_json_is_parseable():
 
 
 def test_console_script_is_installed():
-    import shutil
-
-    script = shutil.which("workbench", path=str(__import__("pathlib").Path(sys.executable).parent))
+    script = shutil.which("workbench", path=str(Path(sys.executable).parent))
     assert script, "the `workbench` console script is not installed next to this interpreter"
     done = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("workbench ")

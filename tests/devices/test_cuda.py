@@ -113,3 +113,13 @@ def test_a_forced_simulator_lists_no_numba_gpus(monkeypatch):
     monkeypatch.setattr(cuda_module, "probe_cuda_in_child", lambda **_: answer)
     status = cuda_status()
     assert status.numba_devices == () and status.numba_available and status.torch_available
+
+
+def test_a_bad_variable_and_a_failed_probe_are_both_reported(monkeypatch):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "yes")
+    monkeypatch.setattr(cuda_module, "cuda_driver_found", lambda: True)
+    monkeypatch.setattr(
+        cuda_module, "probe_cuda_in_child", lambda **_: {"error": "CUDA probe failed (exit 1): boom"}
+    )
+    error = cuda_status().error
+    assert "NUMBA_ENABLE_CUDASIM='yes' is not supported" in error and "boom" in error

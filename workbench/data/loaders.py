@@ -82,8 +82,6 @@ class ShardedLoader:
         seed: must be the same on every rank so the shards are disjoint.
         remainder: ``"pad"``, ``"drop"`` or ``"uneven"``; see :mod:`workbench.data.loaders`.
 
-    ``num_samples`` is how many samples this rank serves per epoch; ``len(loader)`` the batches.
-
     Example:
         >>> from workbench.data import load_dataset
         >>> loader = ShardedLoader(load_dataset("digits"), batch_size=64, rank=1, world_size=2)
@@ -109,7 +107,7 @@ class ShardedLoader:
         self.rank, self.world_size = rank, world_size
         self.shuffle, self.seed, self.remainder = shuffle, seed, remainder
         self.epoch = 0
-        self.num_samples = shard_size(len(dataset), rank=rank, world_size=world_size, remainder=remainder)
+        shard_size(len(dataset), rank=rank, world_size=world_size, remainder=remainder)  # validate now
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` from the next iteration on (as DistributedSampler.set_epoch)."""
@@ -125,6 +123,13 @@ class ShardedLoader:
             seed=self.seed,
             epoch=self.epoch,
             remainder=self.remainder,
+        )
+
+    @property
+    def num_samples(self) -> int:
+        """Samples this rank serves per epoch."""
+        return shard_size(
+            len(self.dataset), rank=self.rank, world_size=self.world_size, remainder=self.remainder
         )
 
     def __len__(self) -> int:

@@ -172,14 +172,18 @@ def cuda_status(*, timeout: float = 120.0) -> CudaStatus:
         return CudaStatus(torch_devices=(), numba_devices=(), error=problem, **base)
     probe = probe_cuda_in_child(simulator=backend.simulator, timeout=timeout)
     if "error" in probe:
-        return CudaStatus(torch_devices=(), numba_devices=(), error=probe["error"], **base)
+        return CudaStatus(torch_devices=(), numba_devices=(), error=_joined(problem, probe["error"]), **base)
     numba_error = None if backend.simulator else probe.get("numba_error")
     return CudaStatus(
         torch_devices=tuple(probe["torch"]),
         numba_devices=() if backend.simulator else tuple(probe["numba"]),  # not the simulator's fakes
-        error=problem or (f"numba: {numba_error}" if numba_error else None),
+        error=_joined(problem, f"numba: {numba_error}" if numba_error else None),
         **base,
     )
+
+
+def _joined(*problems: str | None) -> str | None:
+    return "; ".join(p for p in problems if p) or None
 
 
 def probe_cuda_in_child(*, simulator: bool, timeout: float = 120.0) -> dict:
