@@ -3,6 +3,8 @@
 workbench doctor                  print the device report (CPU, GPUs, CUDA, numba backend)
 workbench doctor --json           the same as JSON
 workbench kernel install          install the `workbench` Jupyter kernelspec for this interpreter
+workbench train digits-mlp        train a preset with a progress bar and print the final metrics
+workbench train --list            the presets (digits-mlp, regression-linear, images-cnn)
 """
 
 from __future__ import annotations
@@ -44,7 +46,39 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--user", action="store_true", help="into this user's Jupyter directory")
     where.add_argument("--prefix", help="into the environment at PREFIX")
     install.set_defaults(command="kernel install", run=_kernel_install)
+
+    _add_train(commands)
     return parser
+
+
+def _add_train(commands: argparse._SubParsersAction) -> None:
+    from workbench.train.config import OPTIMIZERS, PRECISIONS, SCHEDULES
+
+    train = commands.add_parser("train", help="train a preset model with a progress bar")
+    train.add_argument("preset", nargs="?", help="which experiment; see --list")
+    train.add_argument("--list", action="store_true", help="list the presets and exit")
+    train.add_argument("--epochs", type=int)
+    train.add_argument("--batch-size", type=int)
+    train.add_argument("--optimizer", choices=OPTIMIZERS)
+    train.add_argument("--lr", type=float)
+    train.add_argument("--momentum", type=float)
+    train.add_argument("--weight-decay", type=float)
+    train.add_argument("--schedule", choices=SCHEDULES)
+    train.add_argument("--warmup-steps", type=int)
+    train.add_argument("--precision", choices=PRECISIONS)
+    train.add_argument("--clip-norm", type=float)
+    train.add_argument("--clip-value", type=float)
+    train.add_argument("--accumulate", type=int, help="micro-batches per optimizer step")
+    train.add_argument("--seed", type=int)
+    train.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    train.add_argument("--n-samples", type=int, help="dataset size (regression, images-cnn)")
+    train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    train.add_argument(
+        "--run", dest="run_name", help="run name: metrics, config and checkpoints go to RUNS_DIR/RUN/"
+    )
+    train.add_argument("--runs-dir", default="runs")
+    train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
+    train.set_defaults(command="train", run=_train)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -63,4 +97,63 @@ def _kernel_install(args: argparse.Namespace) -> int:
 
     path = install_kernelspec(user=args.user, prefix=args.prefix)
     print(f"installed kernelspec 'workbench' in {path} (runs {sys.executable})")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    import torch
+
+    from workbench.tables import text_table
+    from workbench.train import PRESETS, Trainer, build_experiment
+    from workbench.widgets.console import ConsoleProgress
+
+    if args.list or args.preset is None:
+        print(text_table(["preset", "what"], [[name, p.description] for name, p in PRESETS.items()]))
+        return 0
+    names = (
+        "epochs",
+        "batch_size",
+        "optimizer",
+        "lr",
+        "momentum",
+        "weight_decay",
+        "schedule",
+        "warmup_steps",
+        "precision",
+        "clip_norm",
+        "clip_value",
+        "accumulate",
+        "seed",
+        "device",
+        "n_samples",
+    )
+    changes = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    try:
+        if args.threads is not None:
+            if args.threads < 1:
+                raise ValueError(f"--threads must be ≥ 1, got {args.threads}")
+            torch.set_num_threads(args.threads)
+        experiment = build_experiment(args.preset, **changes)
+        trainer = Trainer(
+            experiment.model,
+            experiment.loss_fn,
+            experiment.splits,
+            experiment.config,
+            callbacks=[ConsoleProgress()],
+            run=args.run_name,
+            runs_dir=args.runs_dir,
+        )
+        result = trainer.fit(resume=args.resume)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"workbench train: error: {error}", file=sys.stderr)
+        return 2
+    rows = [["train", "loss", f"{result.train_loss:.5f}"]]
+    for split, metrics in result.metrics.items():
+        rows += [[split, name, f"{value:.5f}"] for name, value in metrics.items()]
+    print(text_table(["split", "metric", "value"], rows))
+    print(
+        f"{result.status}: {result.step} steps, {result.epoch} epochs in {result.seconds:.2f} s on "
+        f"{trainer.device} ({torch.get_num_threads()} threads)"
+        + (f"; checkpoint {result.checkpoint}" if result.checkpoint else "")
+    )
     return 0

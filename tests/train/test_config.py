@@ -1,0 +1,63 @@
+import pytest
+
+from workbench.train import OptimizerConfig, TrainConfig
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"epochs": 0}, "epochs"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"precision": "fp8"}, "precision"),
+        ({"clip_norm": -1.0}, "clip_norm"),
+        ({"clip_value": float("nan")}, "clip_value"),
+        ({"accumulate": 0}, "accumulate"),
+        ({"seed": -1}, "seed"),
+        ({"log_every": 0}, "log_every"),
+        ({"checkpoint_every": 0}, "checkpoint_every"),
+        ({"device": "tpu"}, "device"),
+        ({"optimizer": "adam"}, "optimizer"),
+    ],
+)
+def test_bad_train_config_names_the_field(changes, field):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**changes)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"name": "lion"}, "name"),
+        ({"lr": 0}, "lr"),
+        ({"lr": -0.1}, "lr"),
+        ({"lr": float("inf")}, "lr"),
+        ({"lr": "0.1"}, "lr"),
+        ({"name": "sgd", "momentum": 1.0}, "momentum"),
+        ({"name": "adam", "momentum": 0.9}, "momentum"),
+        ({"name": "sgd", "nesterov": True}, "nesterov"),
+        ({"nesterov": "yes"}, "nesterov"),
+        ({"weight_decay": -1e-4}, "weight_decay"),
+        ({"betas": (0.9,)}, "betas"),
+        ({"betas": (0.9, 1.0)}, r"betas\[1\]"),
+        ({"schedule": "cyclic"}, "schedule"),
+        ({"warmup_steps": -1}, "warmup_steps"),
+    ],
+)
+def test_bad_optimizer_config_names_the_field(changes, field):
+    with pytest.raises(ValueError, match=field):
+        OptimizerConfig(**changes)
+
+
+def test_unknown_optimizer_lists_the_allowed_ones():
+    with pytest.raises(ValueError, match="'sgd', 'adam', 'adamw'"):
+        OptimizerConfig("lion")
+
+
+def test_config_round_trips_through_a_dict():
+    config = TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4, betas=(0.8, 0.99)), seed=4)
+    assert TrainConfig.from_dict(config.to_dict()) == config
+
+
+def test_replace_changes_optimizer_fields_from_a_dict():
+    config = TrainConfig().replace(epochs=2, optimizer={"lr": 0.5})
+    assert config.epochs == 2 and config.optimizer.lr == 0.5 and config.optimizer.name == "adam"

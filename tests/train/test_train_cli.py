@@ -1,0 +1,73 @@
+"""`workbench train`: presets with a progress bar, final metrics, clear errors, the targets of the issue."""
+
+import subprocess
+import sys
+
+import pytest
+
+from workbench.cli import main
+from workbench.train import read_metrics
+
+
+def test_list_shows_every_preset(capsys):
+    assert main(["train", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("digits-mlp", "regression-linear", "images-cnn"))
+
+
+def test_digits_mlp_reaches_95_percent_test_accuracy(tmp_path, capsys):
+    assert main(["train", "digits-mlp", "--run", "d", "--runs-dir", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    accuracy = next(
+        float(line.split()[-1]) for line in out.splitlines() if line.startswith("test   accuracy")
+    )
+    assert accuracy >= 0.95
+    assert "finished: 460 steps, 20 epochs" in out and "checkpoint" in out
+    assert "finished at step 460" in err  # the tqdm fallback writes to stderr
+    assert read_metrics(tmp_path / "d", kind="fit_end")[0]["test"]["accuracy"] == pytest.approx(
+        accuracy, abs=1e-5
+    )
+
+
+def test_linear_regression_reaches_test_mse_below_0_02(capsys):
+    assert main(["train", "regression-linear"]) == 0
+    out = capsys.readouterr().out
+    mse = next(float(line.split()[-1]) for line in out.splitlines() if line.startswith("test   loss"))
+    assert mse <= 0.02
+
+
+def test_resume_continues_a_stopped_run(tmp_path, capsys):
+    args = ["train", "digits-mlp", "--run", "r", "--runs-dir", str(tmp_path)]
+    assert main([*args, "--epochs", "2"]) == 0
+    assert main([*args, "--epochs", "3", "--resume"]) == 0
+    assert "finished: 69 steps, 3 epochs" in capsys.readouterr().out
+    assert [e["start_step"] for e in read_metrics(tmp_path / "r", kind="fit_start")] == [0, 46]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lr", "-1"], "lr must be a finite number > 0"),
+        (["--batch-size", "0"], "batch_size must be an integer ≥ 1"),
+        (["--threads", "0"], "--threads must be ≥ 1"),
+        (["--n-samples", "-5"], "n_samples"),
+    ],
+)
+def test_bad_values_exit_2_with_the_field_named(args, message, capsys):
+    preset = "regression-linear" if "--n-samples" in args else "digits-mlp"
+    assert main(["train", preset, *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_preset_and_precision_are_usage_errors():
+    for args in (["nope"], ["digits-mlp", "--precision", "fp8"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "workbench", "train", *args], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 2
+    assert (
+        "preset='nope' is not known"
+        in subprocess.run(
+            [sys.executable, "-m", "workbench", "train", "nope"], capture_output=True, text=True, timeout=120
+        ).stderr
+    )

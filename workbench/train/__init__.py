@@ -1,0 +1,47 @@
+"""Training on one device: config, loop, events, checkpoints, presets.
+
+>>> from workbench.train import Trainer, build_experiment
+>>> e = build_experiment("digits-mlp", epochs=1)
+>>> Trainer(e.model, e.loss_fn, e.splits, e.config).fit().status
+'finished'
+"""
+
+from workbench.train import models
+from workbench.train.checkpoint import load_checkpoint, save_checkpoint
+from workbench.train.config import OPTIMIZERS, PRECISIONS, SCHEDULES, OptimizerConfig, TrainConfig
+from workbench.train.control import Changes, TrainControl
+from workbench.train.events import Broadcast, Callback, Event
+from workbench.train.loop import FitResult, NonFiniteLossError, Trainer
+from workbench.train.metrics_log import MetricsLog, read_metrics
+from workbench.train.optim import build_optimizer, lr_factor
+from workbench.train.precision import Precision, resolve_precision
+from workbench.train.presets import PRESETS, Experiment, Preset, build_experiment
+
+__all__ = [
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "PRESETS",
+    "SCHEDULES",
+    "Broadcast",
+    "Callback",
+    "Changes",
+    "Event",
+    "Experiment",
+    "FitResult",
+    "MetricsLog",
+    "NonFiniteLossError",
+    "OptimizerConfig",
+    "Precision",
+    "Preset",
+    "TrainConfig",
+    "TrainControl",
+    "Trainer",
+    "build_experiment",
+    "build_optimizer",
+    "load_checkpoint",
+    "lr_factor",
+    "models",
+    "read_metrics",
+    "resolve_precision",
+    "save_checkpoint",
+]

@@ -1,0 +1,171 @@
+"""Training settings: two small frozen dataclasses, validated when built.
+
+`OptimizerConfig` says how parameters move (optimizer, learning rate and its schedule); `TrainConfig` says
+how the loop runs (epochs, batch size, precision, clipping, accumulation, seed, logging). Both raise
+ValueError naming the bad field and what it accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench._validate import check_choice, check_int
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+SCHEDULES = ("constant", "cosine", "linear")
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """Optimizer and learning-rate schedule.
+
+    Args:
+        name: ``"sgd"``, ``"adam"`` or ``"adamw"`` (torch.optim); `Trainer` also accepts a factory for others.
+        lr: peak learning rate, > 0.
+        momentum, nesterov: SGD only (Nesterov needs momentum > 0).
+        weight_decay: L2 penalty (SGD, Adam) or decoupled decay (AdamW), ≥ 0.
+        betas: Adam/AdamW moment decay rates, each in [0, 1).
+        schedule: ``"constant"``, ``"cosine"`` (to 0 at the last step) or ``"linear"`` (to 0).
+        warmup_steps: steps of linear warm-up from 0 before the schedule, ≥ 0.
+
+    Example:
+        >>> OptimizerConfig("sgd", lr=0.1, momentum=0.9).name
+        'sgd'
+        >>> OptimizerConfig("sgd", lr=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: lr must be a finite number > 0, got 0
+    """
+
+    name: str = "adam"
+    lr: float = 1e-3
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    schedule: str = "constant"
+    warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        check_choice("name", self.name, OPTIMIZERS)
+        _check_number("lr", self.lr, above=0)
+        _check_number("momentum", self.momentum, at_least=0, below=1)
+        _check_number("weight_decay", self.weight_decay, at_least=0)
+        if not isinstance(self.nesterov, bool):
+            raise ValueError(f"nesterov must be True or False, got {self.nesterov!r}")
+        if self.nesterov and not (self.name == "sgd" and self.momentum > 0):
+            raise ValueError("nesterov=True needs name='sgd' and momentum > 0")
+        if self.name != "sgd" and self.momentum:
+            raise ValueError(f"momentum applies to name='sgd' only (got name={self.name!r}); use betas")
+        if not (isinstance(self.betas, tuple | list) and len(self.betas) == 2):
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {self.betas!r}")
+        for i, beta in enumerate(self.betas):
+            _check_number(f"betas[{i}]", beta, at_least=0, below=1)
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How the loop runs.
+
+    Args:
+        epochs: passes over the training split, ≥ 1.
+        batch_size: samples per forward pass (micro-batch), ≥ 1.
+        optimizer: an `OptimizerConfig`.
+        precision: ``"fp32"``, ``"bf16"`` (autocast; CPU or a GPU with bf16) or ``"fp16"`` (autocast with
+            GradScaler; GPU only).
+        clip_norm: clip gradients to this global L2 norm; 0 = off.
+        clip_value: clip each gradient element to ±value; 0 = off.
+        accumulate: micro-batches per optimizer step (gradient accumulation), ≥ 1.
+        seed: seeds torch and the data order; the same seed gives the same run on CPU.
+        log_every: publish train metrics every this many optimizer steps, ≥ 1.
+        checkpoint_every: save a checkpoint every this many epochs (when the trainer has a run
+            directory), ≥ 1.
+        device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"`` or ``"cuda"``.
+
+    Example:
+        >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
+        3
+        >>> TrainConfig(precision="fp8")
+        Traceback (most recent call last):
+        ...
+        ValueError: precision='fp8' is not supported; allowed values: 'fp32', 'bf16', 'fp16'
+    """
+
+    epochs: int = 10
+    batch_size: int = 64
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    precision: str = "fp32"
+    clip_norm: float = 0.0
+    clip_value: float = 0.0
+    accumulate: int = 1
+    seed: int = 0
+    log_every: int = 1
+    checkpoint_every: int = 1
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_int("epochs", self.epochs, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1)
+        if not isinstance(self.optimizer, OptimizerConfig):
+            raise ValueError(f"optimizer must be an OptimizerConfig, got {type(self.optimizer).__name__}")
+        check_choice("precision", self.precision, PRECISIONS)
+        _check_number("clip_norm", self.clip_norm, at_least=0)
+        _check_number("clip_value", self.clip_value, at_least=0)
+        check_int("accumulate", self.accumulate, minimum=1)
+        check_int("seed", self.seed, minimum=0)
+        check_int("log_every", self.log_every, minimum=1)
+        check_int("checkpoint_every", self.checkpoint_every, minimum=1)
+        check_choice("device", self.device, DEVICES)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (for JSON logs and checkpoints)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Inverse of `to_dict`."""
+        data = dict(data)
+        optimizer = dict(data.pop("optimizer", {}))
+        if "betas" in optimizer:
+            optimizer["betas"] = tuple(optimizer["betas"])
+        return cls(optimizer=OptimizerConfig(**optimizer), **data)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with `changes`; ``optimizer`` changes may be a dict of OptimizerConfig fields."""
+        if isinstance(changes.get("optimizer"), dict):
+            changes["optimizer"] = dataclasses.replace(self.optimizer, **changes["optimizer"])
+        return dataclasses.replace(self, **changes)
+
+
+def _check_number(
+    name: str,
+    value: object,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and above is not None:
+        ok = value > above
+    if ok and at_least is not None:
+        ok = value >= at_least
+    if ok and below is not None:
+        ok = value < below
+    if not ok:
+        bounds = []
+        if above is not None:
+            bounds.append(f"> {above:g}")
+        if at_least is not None:
+            bounds.append(f"≥ {at_least:g}")
+        if below is not None:
+            bounds.append(f"< {below:g}")
+        raise ValueError(f"{name} must be a finite number {' and '.join(bounds)}, got {value!r}")

@@ -1,0 +1,63 @@
+"""What the training loop tells its subscribers: plain dicts through no-op hooks.
+
+The loop imports no UI code; widgets, loggers and progress bars subscribe by passing a `Callback`.
+Every event is a plain ``dict`` so it can cross a process boundary (queue, pipe, JSON) unchanged.
+
+Events and their keys:
+
+- ``on_fit_start(info)``: ``run``, ``rank``, ``epochs``, ``steps_per_epoch``, ``total_steps``,
+  ``start_step`` (> 0 when resuming), ``config`` (the config as a dict).
+- ``on_step(metrics)``: ``step`` (1-based optimizer step), ``epoch`` (0-based), ``loss`` (mean over the
+  logged interval), ``lr``, ``samples_per_s``, ``grad_norm`` (before clipping), ``rank``, ``time`` (unix s).
+- ``on_eval(metrics)``: ``step``, ``epoch`` (the one just finished), ``split`` ("val" or "test"),
+  ``loss``, ``accuracy`` (classification only, else absent), ``rank``, ``time``.
+- ``on_fit_end(summary)``: ``status`` ("finished", "stopped" or "failed"), ``step``, ``epoch``, ``error``
+  (message or None), ``checkpoint`` (path or None), ``rank``, ``time``, and the last metrics per split
+  under ``"val"`` / ``"test"`` / ``"train"`` when known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+Event = dict[str, Any]
+
+
+class Callback:
+    """Receives training events; override only the hooks you need (the defaults do nothing)."""
+
+    def on_fit_start(self, info: Event) -> None:
+        """Training is about to run its first (or first resumed) step."""
+
+    def on_step(self, metrics: Event) -> None:
+        """A logged optimizer step finished."""
+
+    def on_eval(self, metrics: Event) -> None:
+        """An evaluation of one split finished."""
+
+    def on_fit_end(self, summary: Event) -> None:
+        """Training ended: finished, stopped on request, or failed (``summary["error"]`` says why)."""
+
+
+class Broadcast(Callback):
+    """Forwards every event to each callback in order."""
+
+    def __init__(self, callbacks: Iterable[Callback] = ()) -> None:
+        self.callbacks = list(callbacks)
+
+    def on_fit_start(self, info: Event) -> None:
+        for callback in self.callbacks:
+            callback.on_fit_start(info)
+
+    def on_step(self, metrics: Event) -> None:
+        for callback in self.callbacks:
+            callback.on_step(metrics)
+
+    def on_eval(self, metrics: Event) -> None:
+        for callback in self.callbacks:
+            callback.on_eval(metrics)
+
+    def on_fit_end(self, summary: Event) -> None:
+        for callback in self.callbacks:
+            callback.on_fit_end(summary)

@@ -1,0 +1,474 @@
+"""The training loop for one device: `Trainer(model, loss_fn, splits, config).fit()`.
+
+One public method, `fit`; the steps are private (`_run_epoch`, `_run_step`, `_evaluate`, `_save`).
+The loop publishes plain-dict events to callbacks (`workbench.train.events`) and reads requests from a
+`TrainControl` at step boundaries; it imports no UI code.
+
+    from workbench.data import load_dataset, split_dataset
+    from workbench.train import Trainer, TrainConfig, OptimizerConfig, models
+    splits = split_dataset(load_dataset("digits"), (0.8, 0.1, 0.1), seed=0)
+    trainer = Trainer(models.mlp(64, 10), torch.nn.functional.cross_entropy, splits,
+                      TrainConfig(epochs=5, optimizer=OptimizerConfig("adam", lr=3e-3)), run="digits")
+    result = trainer.fit()          # runs/digits/{metrics.jsonl,checkpoint.pt,config.json}
+    trainer.fit(resume=True)        # continue from runs/digits/checkpoint.pt
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.data import ShardedLoader, Splits
+from workbench.train.checkpoint import load_checkpoint, save_checkpoint
+from workbench.train.config import TrainConfig
+from workbench.train.control import Changes, TrainControl
+from workbench.train.events import Broadcast, Callback, Event
+from workbench.train.metrics_log import MetricsLog
+from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor
+from workbench.train.precision import resolve_precision
+
+CHECKPOINT_FILE = "checkpoint.pt"
+CONFIG_FILE = "config.json"
+# Changing these between a checkpoint and its resume would change the data order or the step count.
+_RESUME_MUST_MATCH = ("batch_size", "accumulate", "seed", "epochs")
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite; training stopped before the optimizer step."""
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What `Trainer.fit` returns.
+
+    Attributes:
+        status: ``"finished"`` or ``"stopped"`` (a stop request; a checkpoint was saved when possible).
+        step, epoch: optimizer steps and whole epochs done.
+        seconds: wall time of this `fit` call.
+        train_loss: the last logged training loss.
+        metrics: last evaluation per split, e.g. ``{"val": {"loss": 0.1, "accuracy": 0.97}}``.
+        checkpoint: the last checkpoint written, if the trainer has a run directory.
+    """
+
+    status: str
+    step: int
+    epoch: int
+    seconds: float
+    train_loss: float | None
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    checkpoint: Path | None = None
+
+
+class Trainer:
+    """Trains `model` on ``splits.train`` with `loss_fn`, evaluating on val and test after each epoch.
+
+    Args:
+        model: a torch module; moved to the config's device.
+        loss_fn: ``loss_fn(output, target) -> scalar tensor`` with mean reduction (e.g. F.cross_entropy).
+        splits: train/val/test datasets from `workbench.data.split_dataset`; val or test may be empty.
+        config: a `TrainConfig`.
+        callbacks: receivers of the loop's events (dashboards, loggers, progress bars).
+        control: a `TrainControl` through which another thread pauses, stops or changes lr/clipping.
+        run: a run name; with it, metrics, config and checkpoints go to ``runs_dir/run/``.
+        runs_dir: where run directories live (default ``runs``).
+        optimizer_factory: ``factory(params, optimizer_config) -> torch.optim.Optimizer`` for optimizers
+            beyond sgd/adam/adamw (e.g. the fused numba ones).
+
+    Example:
+        >>> from workbench.data import load_dataset, split_dataset
+        >>> from workbench.train import OptimizerConfig, models
+        >>> splits = split_dataset(load_dataset("regression", n_samples=512), (0.8, 0.1, 0.1), seed=0)
+        >>> config = TrainConfig(epochs=2, batch_size=64, optimizer=OptimizerConfig("sgd", lr=0.1))
+        >>> result = Trainer(models.linear(10), torch.nn.functional.mse_loss, splits, config).fit()
+        >>> result.status, result.step
+        ('finished', 14)
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        loss_fn: LossFn,
+        splits: Splits,
+        config: TrainConfig | None = None,
+        *,
+        callbacks: Iterable[Callback] = (),
+        control: TrainControl | None = None,
+        run: str | None = None,
+        runs_dir: str | os.PathLike = "runs",
+        optimizer_factory: OptimizerFactory | None = None,
+    ) -> None:
+        self.config = config if config is not None else TrainConfig()
+        if len(splits.train) == 0:
+            raise ValueError("splits.train is empty; give the training split at least one sample")
+        if run is not None and (not isinstance(run, str) or not run or "/" in run or run in (".", "..")):
+            raise ValueError(f"run must be a non-empty name without '/', got {run!r}")
+        self.device = _resolve_device(self.config.device)
+        self.precision = resolve_precision(self.config.precision, self.device)
+        self.model = model.to(self.device)
+        self.loss_fn = loss_fn
+        self.splits = splits
+        self.classification = splits.train.task == "classification"
+        self.control = control if control is not None else TrainControl()
+        self.run = run
+        self.run_dir = Path(runs_dir) / run if run is not None else None
+        callbacks = list(callbacks)
+        if self.run_dir is not None:
+            callbacks.insert(0, MetricsLog(self.run_dir))
+        self.events = Broadcast(callbacks)
+        factory = optimizer_factory if optimizer_factory is not None else build_optimizer
+        self.optimizer = factory(self.model.parameters(), self.config.optimizer)
+        self.scaler = self.precision.scaler()
+        self._loaders = {
+            name: ShardedLoader(
+                getattr(splits, name),
+                self.config.batch_size,
+                shuffle=name == "train",
+                seed=self.config.seed,
+                remainder="pad" if name == "train" else "uneven",
+            )
+            for name in ("train", "val", "test")
+        }
+        self.steps_per_epoch = math.ceil(len(self._loaders["train"]) / self.config.accumulate)
+        self.total_steps = self.steps_per_epoch * self.config.epochs
+        # Where the loop stands; a checkpoint holds exactly these plus the model/optimizer/RNG state.
+        self.step = 0
+        self.epoch = 0
+        self._position = 0  # micro-batches of the current epoch already used
+        self.lr = self.config.optimizer.lr
+        self.clip_norm = self.config.clip_norm
+        self.clip_value = self.config.clip_value
+        self.checkpoint: Path | None = None
+        self._last: dict[str, dict[str, float]] = {}
+
+    # ------------------------------------------------------------------ public
+
+    def add_callback(self, callback: Callback) -> None:
+        """Subscribe `callback` to this trainer's events (a dashboard attaching itself, for example)."""
+        self.events.callbacks.append(callback)
+
+    def fit(self, resume: bool | str | os.PathLike = False) -> FitResult:
+        """Train until the configured epochs are done or a stop is requested.
+
+        Args:
+            resume: ``True`` continues from this run's checkpoint (fresh start if there is none yet);
+                a path continues from that checkpoint. Resuming on CPU continues bit-identically.
+
+        Raises:
+            NonFiniteLossError: the loss became NaN/inf; the last good checkpoint stays as it was.
+        """
+        started = time.perf_counter()
+        self._start(resume)
+        status = "finished"
+        try:
+            self.events.on_fit_start(self._info())
+            while self.epoch < self.config.epochs:
+                if not self._run_epoch():
+                    status = "stopped"
+                    break
+            if status == "stopped" or self._due_checkpoint():
+                self._save()
+        except BaseException as error:
+            self.events.on_fit_end(self._summary("failed", error))
+            raise
+        self.events.on_fit_end(self._summary(status, None))
+        train = self._last.get("train", {})
+        return FitResult(
+            status=status,
+            step=self.step,
+            epoch=self.epoch,
+            seconds=time.perf_counter() - started,
+            train_loss=train.get("loss"),
+            metrics={k: v for k, v in self._last.items() if k != "train"},
+            checkpoint=self.checkpoint,
+        )
+
+    def evaluate(self, split: str = "val") -> dict[str, float]:
+        """Mean loss (and accuracy for classification) of the model on `split` ("train", "val", "test")."""
+        if split not in self._loaders:
+            raise ValueError(f"split={split!r} is not supported; allowed values: 'train', 'val', 'test'")
+        loader = self._loaders[split]
+        self.model.eval()
+        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        correct = torch.zeros((), dtype=torch.int64, device=self.device)
+        count = 0
+        with torch.no_grad():
+            for x, y in loader:
+                x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                with self.precision.autocast():
+                    output = self.model(x)
+                    loss = self.loss_fn(output, y)
+                total_loss += loss.double() * len(x)
+                if self.classification:
+                    correct += (output.argmax(dim=1) == y).sum()
+                count += len(x)
+        if count == 0:
+            return {}
+        metrics = {"loss": total_loss.item() / count}
+        if self.classification:
+            metrics["accuracy"] = correct.item() / count
+        return metrics
+
+    # ------------------------------------------------------------------ loop
+
+    def _run_epoch(self) -> bool:
+        """Run the rest of the current epoch; False if a stop was requested."""
+        loader = self._loaders["train"]
+        loader.set_epoch(self.epoch)
+        interval = _Interval(self.device)
+        for group in self._step_groups(loader):
+            paused_at = time.perf_counter()
+            self._apply(self.control.at_step_boundary())
+            interval.exclude(time.perf_counter() - paused_at)
+            if self.control.stop_requested:
+                return False
+            logged = (self.step + 1) % self.config.log_every == 0 or self._position + len(group) >= len(
+                loader
+            )
+            loss, samples, grad_norm = self._run_step(group, measure=logged)
+            self.step += 1
+            self._position += len(group)
+            interval.add(loss, samples)
+            if logged:
+                self._publish_step(interval, grad_norm)
+                interval = _Interval(self.device)
+        self.epoch += 1
+        self._position = 0
+        for split in ("val", "test"):
+            metrics = self.evaluate(split)
+            if metrics:
+                self._last[split] = metrics
+                self.events.on_eval(self._event(epoch=self.epoch - 1, split=split, **metrics))
+        if self._due_checkpoint():
+            self._save()
+        return True
+
+    def _step_groups(self, loader: ShardedLoader) -> Iterator[list[Batch]]:
+        """Micro-batches grouped per optimizer step, skipping those already used (resume)."""
+        group: list[Batch] = []
+        for index, batch in enumerate(loader):
+            if index < self._position:
+                continue
+            group.append(batch)
+            if len(group) == self.config.accumulate:
+                yield group
+                group = []
+        if group:
+            yield group
+
+    def _run_step(self, group: list[Batch], *, measure: bool) -> tuple[torch.Tensor, int, float | None]:
+        """Forward/backward over the micro-batches, clip, one optimizer step.
+
+        Returns the (detached) mean loss, the number of samples and, when `measure`, the gradient norm
+        before clipping. A non-finite loss raises before the optimizer step when `measure` is set.
+        """
+        self.model.train()
+        samples = sum(len(x) for x, _ in group)
+        step_loss = None
+        for x, y in group:
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            with self.precision.autocast():
+                loss = self.loss_fn(self.model(x), y)
+            if len(group) > 1:  # mean over the whole group, as one batch of all its samples would give
+                loss = loss * (len(x) / samples)
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+        if measure:
+            value = step_loss.item()
+            if not math.isfinite(value):
+                raise NonFiniteLossError(self._non_finite_message(value))
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = self._clip_gradients(measure)
+        factor = lr_factor(
+            self.config.optimizer.schedule, self.step, self.total_steps, self.config.optimizer.warmup_steps
+        )
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = self.lr * factor
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return step_loss, samples, grad_norm
+
+    def _clip_gradients(self, measure: bool) -> float | None:
+        """Clip by value, then by global norm; returns the norm before clipping when measured or clipped."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = None
+        if measure or self.clip_norm:
+            norm = torch.nn.utils.get_total_norm(grads)
+        if self.clip_value:
+            torch.nn.utils.clip_grad_value_(self.model.parameters(), self.clip_value)
+        if self.clip_norm:
+            clip_norm = torch.nn.utils.get_total_norm(grads) if self.clip_value else norm
+            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), self.clip_norm, clip_norm)
+        return float(norm) if measure else None
+
+    def _apply(self, changes: Changes) -> None:
+        if changes.lr is not None:
+            self.lr = changes.lr
+        if changes.clip_norm is not None:
+            self.clip_norm = changes.clip_norm
+        if changes.clip_value is not None:
+            self.clip_value = changes.clip_value
+
+    # ------------------------------------------------------------------ events
+
+    def _publish_step(self, interval: _Interval, grad_norm: float | None) -> None:
+        loss = interval.mean_loss()
+        self._last["train"] = {"loss": loss}
+        self.events.on_step(
+            self._event(
+                loss=loss,
+                lr=self.optimizer.param_groups[0]["lr"],
+                samples_per_s=interval.samples_per_s(),
+                grad_norm=grad_norm,
+            )
+        )
+
+    def _event(self, **metrics: Any) -> Event:
+        return {"step": self.step, "epoch": self.epoch, **metrics, "rank": 0, "time": time.time()}
+
+    def _info(self) -> Event:
+        return {
+            "run": self.run,
+            "rank": 0,
+            "epochs": self.config.epochs,
+            "steps_per_epoch": self.steps_per_epoch,
+            "total_steps": self.total_steps,
+            "start_step": self.step,
+            "config": self.config.to_dict(),
+        }
+
+    def _summary(self, status: str, error: BaseException | None) -> Event:
+        summary = {
+            "status": status,
+            "error": None if error is None else f"{type(error).__name__}: {error}",
+            "checkpoint": None if self.checkpoint is None else str(self.checkpoint),
+        }
+        summary.update(self._last)
+        return self._event(**summary)
+
+    def _non_finite_message(self, value: float) -> str:
+        kept = (
+            f"the last good checkpoint {self.checkpoint} is kept"
+            if self.checkpoint is not None
+            else "no checkpoint was written before it"
+        )
+        return (
+            f"training loss became {value} at step {self.step + 1} (epoch {self.epoch}); training stopped "
+            f"before the optimizer step and {kept}. Try a lower lr (now {self.lr:g}), clip_norm, or fp32."
+        )
+
+    # ------------------------------------------------------------------ state
+
+    def _start(self, resume: bool | str | os.PathLike) -> None:
+        path = None
+        if resume is True:
+            if self.run_dir is None:
+                raise ValueError("resume=True needs a run name (Trainer(..., run='name')); or pass a path")
+            candidate = self.run_dir / CHECKPOINT_FILE
+            path = candidate if candidate.is_file() else None
+        elif resume:
+            path = Path(resume)
+        if path is None:
+            self.step = self.epoch = self._position = 0
+            torch.manual_seed(self.config.seed)
+        else:
+            self._load(path)
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / CONFIG_FILE).write_text(json.dumps(self.config.to_dict(), indent=2))
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": None if self.scaler is None else self.scaler.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "position": self._position,
+            "lr": self.lr,
+            "clip_norm": self.clip_norm,
+            "clip_value": self.clip_value,
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
+            "config": self.config.to_dict(),
+        }
+
+    def _save(self) -> None:
+        if self.run_dir is not None:
+            self.checkpoint = save_checkpoint(self._state(), self.run_dir / CHECKPOINT_FILE)
+
+    def _due_checkpoint(self) -> bool:
+        return self.run_dir is not None and self.epoch % self.config.checkpoint_every == 0
+
+    def _load(self, path: Path) -> None:
+        state = load_checkpoint(path, map_location=self.device)
+        saved = TrainConfig.from_dict(state["config"])
+        for name in _RESUME_MUST_MATCH:
+            if name == "epochs" and getattr(saved, name) <= self.config.epochs:
+                continue
+            if getattr(saved, name) != getattr(self.config, name):
+                raise ValueError(
+                    f"cannot resume from {path}: {name} was {getattr(saved, name)!r} there and is "
+                    f"{getattr(self.config, name)!r} now; use the same {name} (epochs may only grow)"
+                )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and state["scaler"] is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self._position = state["step"], state["epoch"], state["position"]
+        self.lr, self.clip_norm, self.clip_value = state["lr"], state["clip_norm"], state["clip_value"]
+        torch.set_rng_state(state["rng"].cpu())
+        if self.device.type == "cuda" and state["cuda_rng"]:
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+        self.checkpoint = path
+
+
+class _Interval:
+    """Loss and throughput accumulated between two published steps (losses stay on the device)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.loss_sum: torch.Tensor | None = None
+        self.steps = 0
+        self.samples = 0
+        self.started = time.perf_counter()
+        self.excluded = 0.0
+
+    def add(self, loss: torch.Tensor, samples: int) -> None:
+        self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
+        self.steps += 1
+        self.samples += samples
+
+    def exclude(self, seconds: float) -> None:
+        """Time not spent training (a pause) leaves the throughput alone."""
+        self.excluded += seconds
+
+    def mean_loss(self) -> float:
+        return float(self.loss_sum) / self.steps
+
+    def samples_per_s(self) -> float:
+        elapsed = time.perf_counter() - self.started - self.excluded
+        return self.samples / elapsed if elapsed > 0 else math.nan
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but torch sees no CUDA device here; use device='auto' or 'cpu'")
+    return torch.device(name)

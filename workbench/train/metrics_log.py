@@ -1,0 +1,82 @@
+"""The per-run metrics log: every event as one JSON line in ``runs/<name>/metrics.jsonl``.
+
+Runs can be compared and plotted again later without re-training: `read_metrics` gives the events back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from workbench.train.events import Callback, Event
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsLog(Callback):
+    """Appends each event to ``<run_dir>/metrics.jsonl`` as ``{"event": kind, ...metrics}``.
+
+    Lines are flushed at each evaluation and at the end, so a crash loses at most the steps of one epoch.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.path = Path(run_dir) / METRICS_FILE
+        self._file: IO[str] | None = None
+
+    def on_fit_start(self, info: Event) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._write("fit_start", info, flush=True)
+
+    def on_step(self, metrics: Event) -> None:
+        self._write("step", metrics)
+
+    def on_eval(self, metrics: Event) -> None:
+        self._write("eval", metrics, flush=True)
+
+    def on_fit_end(self, summary: Event) -> None:
+        self._write("fit_end", summary, flush=True)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _write(self, kind: str, data: Event, *, flush: bool = False) -> None:
+        if self._file is None:
+            return
+        self._file.write(json.dumps({"event": kind, **_jsonable(data)}) + "\n")
+        if flush:
+            self._file.flush()
+
+
+def read_metrics(run: str | os.PathLike, kind: str | None = None) -> list[Event]:
+    """Events of a run (a run directory or its ``metrics.jsonl``), optionally only one `kind`.
+
+    `kind` is ``"fit_start"``, ``"step"``, ``"eval"`` or ``"fit_end"``.
+    """
+    path = Path(run)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics log at {path}")
+    kinds = ("fit_start", "step", "eval", "fit_end")
+    if kind is not None and kind not in kinds:
+        raise ValueError(f"kind={kind!r} is not supported; allowed values: {', '.join(map(repr, kinds))}")
+    with path.open(encoding="utf-8") as file:
+        events = [json.loads(line) for line in file if line.strip()]
+    return [e for e in events if kind is None or e["event"] == kind]
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values; non-finite floats become strings ("nan", "inf") so the line stays valid JSON."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)

@@ -1,0 +1,59 @@
+"""Optimizers from an `OptimizerConfig`, and the learning-rate schedule as a pure function of the step."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import torch
+
+from workbench.train.config import OptimizerConfig
+
+OptimizerFactory = Callable[[Iterable[torch.nn.Parameter], OptimizerConfig], torch.optim.Optimizer]
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimizerConfig) -> torch.optim.Optimizer:
+    """The torch optimizer `config` names, at `config.lr`.
+
+    Example:
+        >>> config = OptimizerConfig("sgd", lr=0.1, momentum=0.9)
+        >>> build_optimizer(torch.nn.Linear(3, 1).parameters(), config).defaults["momentum"]
+        0.9
+    """
+    if config.name == "sgd":
+        return torch.optim.SGD(
+            params,
+            lr=config.lr,
+            momentum=config.momentum,
+            nesterov=config.nesterov,
+            weight_decay=config.weight_decay,
+        )
+    optimizer_class = torch.optim.Adam if config.name == "adam" else torch.optim.AdamW
+    return optimizer_class(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+
+
+def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0) -> float:
+    """Multiplier of the peak lr for optimizer step `step` (0-based) of `total_steps`.
+
+    Warm-up rises linearly from 1/(warmup+1) to 1; then ``constant`` stays at 1, ``linear`` and ``cosine``
+    fall to 0 at the last step.
+
+    Example:
+        >>> [round(lr_factor("cosine", s, 5), 3) for s in range(5)]
+        [1.0, 0.854, 0.5, 0.146, 0.0]
+        >>> [lr_factor("constant", s, 5, warmup_steps=2) for s in range(3)]
+        [0.3333333333333333, 0.6666666666666666, 1.0]
+    """
+    if step < warmup_steps:
+        return (step + 1) / (warmup_steps + 1)
+    if schedule == "constant":
+        return 1.0
+    span = max(total_steps - warmup_steps - 1, 1)
+    progress = min((step - warmup_steps) / span, 1.0)
+    if schedule == "linear":
+        return 1.0 - progress
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    raise ValueError(
+        f"schedule={schedule!r} is not supported; allowed values: 'constant', 'cosine', 'linear'"
+    )

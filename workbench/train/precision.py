@@ -1,0 +1,55 @@
+"""Mixed precision: the autocast context and the gradient scaler for a precision on a device."""
+
+from __future__ import annotations
+
+import contextlib
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How forward passes run: ``fp32`` (plain), ``bf16`` (autocast) or ``fp16`` (autocast + GradScaler).
+
+    Build it with `resolve_precision`, which refuses combinations the device cannot run.
+    """
+
+    name: str
+    device_type: str
+
+    def autocast(self) -> AbstractContextManager:
+        """Context for the forward pass and loss."""
+        if self.name == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.name == "bf16" else torch.float16
+        return torch.autocast(self.device_type, dtype=dtype)
+
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """A GradScaler for fp16 (loss scaling against underflow); None otherwise."""
+        if self.name != "fp16":
+            return None
+        return torch.amp.GradScaler(self.device_type)
+
+
+def resolve_precision(name: str, device: torch.device) -> Precision:
+    """`Precision` for `name` on `device`, or ValueError naming ``precision`` when it is unsupported.
+
+    Example:
+        >>> resolve_precision("bf16", torch.device("cpu")).name
+        'bf16'
+        >>> resolve_precision("fp16", torch.device("cpu"))
+        Traceback (most recent call last):
+        ...
+        ValueError: precision='fp16' needs a CUDA device (GradScaler); on CPU use 'bf16' or 'fp32'
+    """
+    if name not in ("fp32", "bf16", "fp16"):
+        raise ValueError(f"precision={name!r} is not supported; allowed values: 'fp32', 'bf16', 'fp16'")
+    if name == "fp16" and device.type != "cuda":
+        raise ValueError("precision='fp16' needs a CUDA device (GradScaler); on CPU use 'bf16' or 'fp32'")
+    if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(
+            f"precision='bf16' is not supported by {torch.cuda.get_device_name(device)}; use 'fp16' or 'fp32'"
+        )
+    return Precision(name, device.type)

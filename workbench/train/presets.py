@@ -1,0 +1,110 @@
+"""Named experiments (dataset + model + loss + config) for the CLI and the tutorials.
+
+Example:
+    >>> sorted(PRESETS)
+    ['digits-mlp', 'images-cnn', 'regression-linear']
+    >>> experiment = build_experiment("regression-linear", n_samples=1000, epochs=1)
+    >>> experiment.config.epochs, len(experiment.splits.train)
+    (1, 800)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from workbench.data import Dataset, Splits, load_dataset, split_dataset
+from workbench.train import models
+from workbench.train.config import OptimizerConfig, TrainConfig
+from workbench.train.loop import LossFn
+
+SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named experiment: which data, which model, which loss, and the config that trains it well."""
+
+    description: str
+    dataset: str
+    build_model: Callable[[Dataset], nn.Module]
+    loss_fn: LossFn
+    config: TrainConfig
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """Everything `Trainer` needs: ``Trainer(e.model, e.loss_fn, e.splits, e.config)``."""
+
+    name: str
+    model: nn.Module
+    loss_fn: LossFn
+    splits: Splits
+    config: TrainConfig
+
+
+PRESETS: dict[str, Preset] = {
+    "digits-mlp": Preset(
+        "MLP (64-128-128-10) on the 8×8 digits, Adam",
+        "digits",
+        lambda data: models.mlp(data.features[0].numel(), data.num_classes, hidden=(128, 128)),
+        functional.cross_entropy,
+        TrainConfig(epochs=20, batch_size=64, optimizer=OptimizerConfig("adam", lr=3e-3)),
+    ),
+    "regression-linear": Preset(
+        "linear regression on y = X·w + b + 0.1·ε (1M × 10), SGD with momentum",
+        "regression",
+        lambda data: models.linear(data.features.shape[1]),
+        functional.mse_loss,
+        TrainConfig(epochs=1, batch_size=1024, optimizer=OptimizerConfig("sgd", lr=0.05, momentum=0.9)),
+    ),
+    "images-cnn": Preset(
+        "small CNN on 10k synthetic 3×32×32 images, 10 classes, AdamW",
+        "synthetic_images",
+        lambda data: models.small_cnn(data.features.shape[1], data.num_classes),
+        functional.cross_entropy,
+        TrainConfig(epochs=2, batch_size=128, optimizer=OptimizerConfig("adamw", lr=3e-3)),
+    ),
+}
+
+_CONFIG_FIELDS = {f.name for f in fields(TrainConfig)}
+_OPTIMIZER_FIELDS = {f.name for f in fields(OptimizerConfig)}
+
+
+def build_experiment(name: str, **changes: Any) -> Experiment:
+    """The preset `name` with `changes`: TrainConfig fields (``epochs=3``), OptimizerConfig fields
+    (``lr=0.1``, ``optimizer="sgd"`` for its name) or dataset options (``n_samples=1000``).
+
+    Seeds torch with the config's seed before building the model, so the same changes give the same model.
+    """
+    if name not in PRESETS:
+        raise ValueError(f"preset={name!r} is not known; allowed values: {', '.join(map(repr, PRESETS))}")
+    preset = PRESETS[name]
+    config_changes, optimizer_changes, data_options = {}, {}, dict(preset.dataset_options)
+    for key, value in changes.items():
+        if key == "optimizer" and isinstance(value, str):
+            optimizer_changes["name"] = value
+        elif key in _CONFIG_FIELDS:
+            config_changes[key] = value
+        elif key in _OPTIMIZER_FIELDS:
+            optimizer_changes[key] = value
+        else:
+            data_options[key] = value
+    if optimizer_changes:
+        base = config_changes.get("optimizer", preset.config.optimizer)
+        config_changes["optimizer"] = OptimizerConfig(**{**_fields_of(base), **optimizer_changes})
+    config = preset.config.replace(**config_changes)
+    data = load_dataset(preset.dataset, **data_options)
+    splits = split_dataset(data, SPLIT_FRACTIONS, seed=config.seed)
+    torch.manual_seed(config.seed)
+    return Experiment(name, preset.build_model(data), preset.loss_fn, splits, config)
+
+
+def _fields_of(config: OptimizerConfig) -> dict[str, Any]:
+    return {f.name: getattr(config, f.name) for f in fields(config)}
