@@ -8,6 +8,7 @@
 #   HOST, PORT   where JupyterLab listens; the token stays on      (127.0.0.1, 8888)
 #   LAB_ARGS     extra arguments for `jupyter lab`, e.g. --no-browser
 #   PYTEST_ARGS  extra arguments for pytest, e.g. -k data
+#   CHROMIUM     the browser the notebook browser test drives       (/usr/bin/chromium; apt installs it)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,6 +17,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8888
 LAB_ARGS ?=
 PYTEST_ARGS ?=
+CHROMIUM ?= /usr/bin/chromium
 
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
@@ -25,13 +27,15 @@ STAMP := $(VENV)/.installed
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # JupyterLab and nbval find the `workbench` kernel of this .venv before any user-wide one of that name.
 export JUPYTER_PREFER_ENV_PATH := 1
+# The browser test fails (instead of skipping) when the browser is missing under `make test`.
+export WORKBENCH_CHROMIUM := $(CHROMIUM)
 
 .PHONY: lab test install lint clean
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(AS_ROOT) $(LAB_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest --nbval-lax --doctest-modules $(PYTEST_ARGS) tests workbench notebooks
@@ -49,6 +53,13 @@ $(STAMP): pyproject.toml $(CONSTRAINTS) kernels/workbench/kernel.json
 	$(PIP) install --quiet $(PIN) -e '.[test,dev]'
 	$(BIN)/workbench kernel install --sys-prefix
 	touch $@
+
+# Debian's chromium for the Playwright browser test (never `playwright install`: no downloads at test time).
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	else echo "$(CHROMIUM) is missing: install Debian's chromium (apt-get install chromium)" >&2; exit 1; fi; \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null
+	test -x $(CHROMIUM)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -61,7 +61,29 @@ class FakeNvml:
         return f"GPU-{handle:04d}"
 
     def nvmlDeviceGetMemoryInfo(self, handle):
-        return type("Memory", (), {"total": self._gpu(handle)["memory"], "used": 0})()
+        gpu = self._gpu(handle)
+        return type("Memory", (), {"total": gpu["memory"], "used": gpu.get("used", 0)})()
+
+    # Live counters (workbench.monitor); a GPU dict without "power_mw"/"pcie_kb" reports Not Supported.
+    NVML_TEMPERATURE_GPU = 0
+    NVML_PCIE_UTIL_TX_BYTES = 0
+    NVML_PCIE_UTIL_RX_BYTES = 1
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return type("Utilization", (), {"gpu": self._gpu(handle).get("util", 0), "memory": 0})()
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        if "power_mw" not in self._gpu(handle):
+            raise self.NVMLError("Not Supported")
+        return self._gpu(handle)["power_mw"]
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return self._gpu(handle).get("temp", 40)
+
+    def nvmlDeviceGetPcieThroughput(self, handle, counter):
+        if "pcie_kb" not in self._gpu(handle):
+            raise self.NVMLError("Not Supported")
+        return self._gpu(handle)["pcie_kb"][counter]
 
     def nvmlDeviceGetCudaComputeCapability(self, handle):
         return self._gpu(handle)["capability"]

@@ -1,0 +1,103 @@
+import time
+
+import pytest
+
+from workbench.monitor import DeviceSampler
+
+
+def _wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_samples_at_the_interval_and_stops_promptly():
+    sampler = DeviceSampler(interval=0.02, history=5)
+    seen = []
+    sampler.subscribe(seen.append)
+    sampler.start()
+    _wait_for(lambda: len(seen) >= 8)
+    started = time.perf_counter()
+    sampler.stop()
+    assert time.perf_counter() - started < 1.0 and not sampler.running
+    assert len(sampler.samples()) == 5  # bounded history
+    assert sampler.latest is sampler.samples()[-1] is seen[-1]
+    assert set(seen[0]) == {"time", "cpu", "gpus"} and seen[0]["time"] < seen[-1]["time"]
+    assert 0 <= sampler.cpu_fraction < 1 and sampler.wall_seconds > 0
+
+
+def test_restart_and_idempotent_start():
+    sampler = DeviceSampler(interval=0.02)
+    sampler.start()
+    sampler.start()  # no second thread
+    _wait_for(lambda: len(sampler.samples()) >= 1)
+    sampler.stop()
+    count = len(sampler.samples())
+    with sampler:
+        _wait_for(lambda: len(sampler.samples()) > count)
+    assert not sampler.running
+
+
+def test_a_failing_subscriber_is_reported_and_sampling_goes_on():
+    sampler = DeviceSampler(interval=0.02)
+
+    def broken(sample):
+        raise RuntimeError("view is gone")
+
+    good = []
+    sampler.subscribe(broken)
+    sampler.subscribe(good.append)
+    with sampler:
+        _wait_for(lambda: len(good) >= 3)
+    assert sampler.errors and "RuntimeError: view is gone" in sampler.errors[0]
+
+
+def test_unsubscribe_stops_the_calls():
+    sampler = DeviceSampler(interval=0.02)
+    seen = []
+    unsubscribe = sampler.subscribe(seen.append)
+    with sampler:
+        _wait_for(lambda: len(seen) >= 1)
+        unsubscribe()
+        unsubscribe()  # twice is harmless
+        count = len(seen)
+        time.sleep(0.1)
+    assert len(seen) <= count + 1  # at most the sample in flight
+
+
+def test_gpus_come_from_nvml_and_nvml_is_shut_on_stop(fake_nvml):
+    nvml = fake_nvml([{"name": "H100", "memory": 80 << 30, "capability": (9, 0), "util": 97}])
+    sampler = DeviceSampler(interval=0.02, nvml=nvml)
+    assert sampler.sample_once()["gpus"][0]["utilization"] == 97.0
+    with sampler:
+        _wait_for(lambda: len(sampler.samples()) >= 2)
+    assert not nvml.open and sampler.gpu_unavailable_reason is None
+
+
+@pytest.mark.parametrize("interval", [0, -1, float("nan"), float("inf"), "1", True])
+def test_bad_interval(interval):
+    with pytest.raises(ValueError, match="interval must be"):
+        DeviceSampler(interval=interval)
+
+
+def test_bad_history():
+    with pytest.raises(ValueError, match="history"):
+        DeviceSampler(history=0)
+
+
+def test_stop_reports_a_thread_that_does_not_end():
+    sampler = DeviceSampler(interval=0.01)
+    release = []
+
+    def slow(sample):
+        while not release:
+            time.sleep(0.01)
+
+    sampler.subscribe(slow)
+    sampler.start()
+    _wait_for(lambda: len(sampler.samples()) >= 1)
+    with pytest.raises(TimeoutError, match="did not stop"):
+        sampler.stop(timeout=0.05)
+    release.append(True)
+    sampler.stop()

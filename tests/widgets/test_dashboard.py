@@ -1,0 +1,165 @@
+"""The Dashboard driven through its widget objects, as a user's clicks would (no browser)."""
+
+import threading
+import time
+
+import pytest
+import torch
+from torch.nn import functional
+
+from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer, load_checkpoint, models
+from workbench.widgets.dashboard import Dashboard
+
+
+@pytest.fixture
+def splits():
+    from workbench.data import load_dataset, split_dataset
+
+    return split_dataset(load_dataset("digits"), (0.8, 0.1, 0.1), seed=0)
+
+
+def _trainer(splits, tmp_path=None, callbacks=(), **config):
+    torch.manual_seed(0)
+    settings = {"epochs": 2, "batch_size": 64, "optimizer": OptimizerConfig("sgd", lr=0.1), **config}
+    return Trainer(
+        models.mlp(64, 10, hidden=(32,)),
+        functional.cross_entropy,
+        splits,
+        TrainConfig(**settings),
+        callbacks=callbacks,
+        run=None if tmp_path is None else "dash",
+        runs_dir=tmp_path or "runs",
+    )
+
+
+class Gate(Callback):
+    """Holds the training thread after step `at` until the test releases it."""
+
+    def __init__(self, at):
+        self.at = at
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self.lrs = []
+
+    def on_step(self, metrics):
+        self.lrs.append(metrics["lr"])
+        if metrics["step"] == self.at:
+            self.reached.set()
+            assert self.release.wait(10)
+
+
+def _wait_until(predicate, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_start_button_trains_in_the_background_and_fills_the_progress_bar(splits):
+    dashboard = Dashboard(_trainer(splits), monitor=False)
+    assert dashboard.progress.max == 46 and dashboard.progress.value == 0
+    dashboard.start_button.click()
+    assert dashboard.start_button.disabled and not dashboard.stop_button.disabled
+    result = dashboard.wait(timeout=60)
+    assert result.status == "finished" and result.step == 46
+    assert dashboard.progress.value == dashboard.progress.max == 46
+    assert "finished" in dashboard.status.value and "test" in dashboard.status.value
+    assert not dashboard.start_button.disabled and dashboard.stop_button.disabled
+    assert dashboard.loss_plot.point_counts()  # the plot got the run
+
+
+def test_pause_button_holds_training_at_a_step_boundary_and_resume_continues(splits):
+    gate = Gate(at=5)
+    dashboard = Dashboard(_trainer(splits, callbacks=[gate]), monitor=False)
+    dashboard.start()
+    assert gate.reached.wait(10)
+    dashboard.pause_button.value = True  # the user presses Pause during step 5's events
+    assert dashboard.pause_button.description == "Resume"
+    gate.release.set()
+    time.sleep(0.3)
+    assert dashboard.trainer.step == 5 and dashboard.running
+    dashboard.pause_button.value = False
+    assert dashboard.wait(timeout=60).step == 46
+
+
+def test_stop_button_finishes_the_step_and_saves_a_checkpoint(splits, tmp_path):
+    gate = Gate(at=7)
+    dashboard = Dashboard(_trainer(splits, tmp_path, callbacks=[gate]), monitor=False)
+    dashboard.start()
+    assert gate.reached.wait(10)
+    dashboard.stop_button.click()
+    gate.release.set()
+    result = dashboard.wait(timeout=30)
+    assert result.status == "stopped" and result.step == 7
+    assert load_checkpoint(result.checkpoint)["step"] == 7
+    assert "stopped" in dashboard.status.value
+    dashboard.start(resume=True)  # Start again continues from the checkpoint
+    assert dashboard.wait(timeout=60).step == 46
+
+
+def test_apply_sets_lr_and_clipping_from_the_next_step(splits):
+    gate = Gate(at=3)
+    dashboard = Dashboard(_trainer(splits, callbacks=[gate]), monitor=False)
+    dashboard.start()
+    assert gate.reached.wait(10)
+    dashboard.lr_input.value = 0.02
+    dashboard.clip_input.value = 0.5
+    dashboard.apply_button.click()
+    gate.release.set()
+    dashboard.wait(timeout=60)
+    assert gate.lrs[:3] == [0.1] * 3 and set(gate.lrs[3:]) == {0.02}
+    assert dashboard.trainer.clip_norm == 0.5
+
+
+def test_apply_with_a_bad_value_shows_an_error_and_changes_nothing(splits):
+    dashboard = Dashboard(_trainer(splits), monitor=False)
+    dashboard.lr_input.value = -1.0
+    dashboard.apply_button.click()
+    assert "not applied" in dashboard.error.value and "lr must be" in dashboard.error.value
+    assert not dashboard.control.at_step_boundary().any()
+
+
+def test_a_failure_shows_in_the_widget_and_wait_raises_it(splits):
+    class Boom(Callback):
+        def on_step(self, metrics):
+            if metrics["step"] == 4:
+                raise RuntimeError("the data went away")
+
+    dashboard = Dashboard(_trainer(splits, callbacks=[Boom()]), monitor=False)
+    dashboard.start()
+    with pytest.raises(RuntimeError, match="the data went away"):
+        dashboard.wait(timeout=30)
+    assert "training failed at step 4" in dashboard.error.value
+    assert "RuntimeError: the data went away" in dashboard.error.value
+    assert "failed" in dashboard.status.value and not dashboard.start_button.disabled
+
+
+def test_start_while_running_and_wait_before_start_are_refused(splits):
+    gate = Gate(at=2)
+    dashboard = Dashboard(_trainer(splits, callbacks=[gate]), monitor=False)
+    with pytest.raises(RuntimeError, match="nothing to wait for"):
+        dashboard.wait()
+    dashboard.start()
+    assert gate.reached.wait(10)
+    with pytest.raises(RuntimeError, match="already running"):
+        dashboard.start()
+    with pytest.raises(TimeoutError, match="still running"):
+        dashboard.wait(timeout=0.1)
+    gate.release.set()
+    dashboard.wait(timeout=60)
+
+
+def test_device_monitor_samples_while_training_and_stops_after(splits):
+    dashboard = Dashboard(_trainer(splits, epochs=3), sample_interval=0.02)
+    dashboard.fit()
+    assert not dashboard.sampler.running
+    assert len(dashboard.sampler.samples()) >= 1
+    dashboard.close()
+
+
+def test_the_dashboard_renders_as_one_widget(splits):
+    dashboard = Dashboard(_trainer(splits), monitor=True)
+    bundle = dashboard._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert "workbench-dashboard" in dashboard.widget._dom_classes
+    dashboard.close()

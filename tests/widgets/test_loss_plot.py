@@ -1,0 +1,267 @@
+import math
+import threading
+import time
+
+import pytest
+import torch
+
+from workbench.data import load_dataset, split_dataset
+from workbench.train import OptimizerConfig, TrainConfig, Trainer, models
+from workbench.train.events import Callback
+from workbench.train.metrics_log import MetricsLog
+from workbench.widgets.loss_plot import LossPlot
+
+
+def _fit(plot, run, steps, *, start_step=0, evals=(), loss=lambda step: 1.0 / step):
+    plot.on_fit_start({"run": run, "start_step": start_step, "total_steps": start_step + steps})
+    for step in range(start_step + 1, start_step + steps + 1):
+        plot.on_step({"step": step, "epoch": 0, "loss": loss(step), "lr": 0.1, "rank": 0})
+    for split in evals:
+        plot.on_eval({"step": start_step + steps, "epoch": 0, "split": split, "loss": 0.5, "rank": 0})
+    plot.on_fit_end({"status": "finished", "step": start_step + steps, "error": None})
+
+
+def _trace(plot, name):
+    return next(trace for trace in plot.figure.data if trace.name == name)
+
+
+def test_is_a_callback_and_displays_as_its_vbox():
+    plot = LossPlot()
+    assert isinstance(plot, Callback)
+    bundle = plot._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == plot.widget.model_id
+    assert plot.figure in plot.widget.children and plot.log_toggle in plot.widget.children
+
+
+def test_after_training_the_figure_holds_every_step_and_evaluation():
+    threads_before = set(threading.enumerate())
+    plot = LossPlot()
+    _fit(plot, "sgd", 46, evals=("val", "test"))
+    assert plot.point_counts() == {"sgd train": 46, "sgd val": 1, "sgd test": 1}
+    train = _trace(plot, "sgd train")
+    assert list(train.x) == list(range(1, 47)) and list(train.y) == [1.0 / s for s in range(1, 47)]
+    assert [t for t in threading.enumerate() if t not in threads_before and t.is_alive()] == []
+
+
+def test_long_runs_are_drawn_downsampled():
+    plot = LossPlot(max_points=100)
+    _fit(plot, "long", 5000)
+    assert 50 <= plot.point_counts()["long train"] <= 100
+
+
+def test_runs_overlay_with_a_colour_each_train_solid_val_dashed_test_markers():
+    plot = LossPlot()
+    _fit(plot, "a", 10, evals=("val", "test"))
+    _fit(plot, "b", 10, evals=("val",))
+    assert plot.runs == ["a", "b"]
+    assert set(plot.point_counts()) == {"a train", "a val", "a test", "b train", "b val"}
+    a, b = _trace(plot, "a train"), _trace(plot, "b train")
+    assert a.line.color != b.line.color
+    assert _trace(plot, "a val").line.color == a.line.color
+    assert a.line.dash == "solid" and _trace(plot, "a val").line.dash == "dash"
+    assert _trace(plot, "a test").mode == "markers"
+    assert a.legendgroup == "a" and _trace(plot, "a val").legendgroup == "a"
+
+
+def test_unnamed_runs_are_numbered():
+    plot = LossPlot()
+    _fit(plot, None, 3)
+    _fit(plot, None, 3)
+    assert plot.runs == ["run 1", "run 2"]
+
+
+def test_a_resumed_fit_continues_the_curve_and_a_fresh_one_starts_over():
+    plot = LossPlot()
+    _fit(plot, "r", 10, evals=("val",))
+    _fit(plot, "r", 5, start_step=10)
+    assert plot.point_counts() == {"r train": 15, "r val": 1}
+    _fit(plot, "r", 4)
+    assert plot.point_counts() == {"r train": 4, "r val": 0}
+    assert plot.runs == ["r"]
+
+
+def test_new_run_names_the_run_for_events_without_fit_start():
+    plot = LossPlot()
+    assert plot.new_run("manual") == "manual"
+    plot.on_step({"step": 1, "loss": 2.0})
+    plot.on_eval({"step": 1, "split": "val", "loss": 3.0})
+    plot.flush()
+    assert plot.point_counts() == {"manual train": 1, "manual val": 1}
+    assert plot.new_run() == "run 2"
+
+
+def test_steps_before_any_run_start_an_unnamed_run():
+    plot = LossPlot()
+    plot.on_step({"step": 1, "loss": 2.0})
+    plot.flush()
+    assert plot.point_counts() == {"run 1 train": 1}
+
+
+def test_evaluations_of_other_splits_or_without_loss_are_ignored():
+    plot = LossPlot()
+    plot.new_run("x")
+    plot.on_eval({"step": 1, "split": "train", "loss": 1.0})
+    plot.on_eval({"step": 1, "split": "val", "accuracy": 0.9})
+    plot.flush()
+    assert plot.point_counts() == {}
+
+
+def test_non_finite_losses_are_skipped():
+    plot = LossPlot()
+    _fit(plot, "nan", 6, loss=lambda step: math.nan if step == 3 else float(step))
+    assert list(_trace(plot, "nan train").x) == [1, 2, 4, 5, 6]
+
+
+EVENTS = [
+    {"event": "fit_start", "run": "old", "start_step": 0},
+    {"event": "step", "step": 1, "loss": 2.0},
+    {"event": "step", "step": 2, "loss": "nan"},  # as MetricsLog writes a NaN loss
+    {"event": "step", "step": 3, "loss": 1.0},
+    {"event": "eval", "step": 3, "split": "val", "loss": 1.5},
+    {"event": "eval", "step": 3, "split": "test", "loss": 1.6},
+    {"event": "fit_end", "status": "finished", "step": 3},
+]
+
+
+def test_plot_history_draws_a_logged_run_without_disturbing_the_live_one():
+    plot = LossPlot()
+    plot.new_run("live")
+    plot.on_step({"step": 1, "loss": 5.0})
+    plot.plot_history("old", EVENTS)
+    plot.on_step({"step": 2, "loss": 4.0})
+    plot.flush()
+    assert plot.point_counts() == {"live train": 2, "old train": 2, "old val": 1, "old test": 1}
+    assert list(_trace(plot, "old train").y) == [2.0, 1.0]
+
+
+def test_plot_history_reads_events_without_an_event_key():
+    plot = LossPlot()
+    plot.plot_history("bare", [{"step": 1, "loss": 1.0}, {"step": 1, "split": "val", "loss": 2.0}])
+    assert plot.point_counts() == {"bare train": 1, "bare val": 1}
+
+
+def test_plot_history_reads_a_run_directory(tmp_path):
+    log = MetricsLog(tmp_path / "logged")
+    log.on_fit_start({"run": "logged", "start_step": 0})
+    for step in range(1, 8):
+        log.on_step({"step": step, "loss": 1.0 / step})
+    log.on_eval({"step": 7, "split": "val", "loss": 0.3})
+    log.on_fit_end({"status": "finished", "step": 7})
+    plot = LossPlot()
+    plot.plot_history("logged", tmp_path / "logged")
+    assert plot.point_counts() == {"logged train": 7, "logged val": 1}
+
+
+def test_plot_history_of_a_missing_directory_raises(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        LossPlot().plot_history("gone", tmp_path / "gone")
+
+
+def test_log_toggle_switches_the_y_axis():
+    plot = LossPlot()
+    assert plot.figure.layout.yaxis.type == "linear"
+    plot.log_toggle.value = True
+    assert plot.figure.layout.yaxis.type == "log"
+    plot.log_toggle.value = False
+    assert plot.figure.layout.yaxis.type == "linear"
+    assert LossPlot(log_y=True).figure.layout.yaxis.type == "log"
+
+
+class CountingPlot(LossPlot):
+    def __init__(self, **kwargs):
+        self.draw_threads = []
+        super().__init__(**kwargs)
+
+    def _draw(self):
+        self.draw_threads.append(threading.current_thread().name)
+        super()._draw()
+
+
+def test_steps_only_buffer_and_the_timer_thread_draws_at_the_set_rate():
+    plot = CountingPlot(max_updates_per_s=10)
+    plot.on_fit_start({"run": "t", "start_step": 0})
+    plot.on_step({"step": 1, "loss": 1.0})
+    assert plot.point_counts() == {}  # nothing drawn on the training thread
+    started, step = time.monotonic(), 1
+    while time.monotonic() - started < 0.5:
+        step += 1
+        plot.on_step({"step": step, "loss": 1.0})
+        time.sleep(0.0005)
+    timer_draws = len(plot.draw_threads)
+    assert 2 <= timer_draws <= 0.5 * 10 + 1
+    assert set(plot.draw_threads) == {"workbench-throttle"}
+    assert 0 < plot.point_counts()["t train"] <= step
+    plot.on_fit_end({"status": "finished"})
+    assert plot.draw_threads[-1] == threading.current_thread().name  # the final draw, on this thread
+    assert plot.point_counts() == {"t train": step}
+
+
+def test_on_step_is_cheap_with_a_long_history():
+    plot = LossPlot()
+    plot.on_fit_start({"run": "fast", "start_step": 0})
+    for step in range(1, 200_001):
+        plot.on_step({"step": step, "loss": 1.0})
+    started = time.perf_counter()
+    for step in range(200_001, 210_001):
+        plot.on_step({"step": step, "loss": 1.0})
+    mean_us = (time.perf_counter() - started) / 10_000 * 1e6
+    plot.on_fit_end({"status": "finished"})
+    assert mean_us < 50  # about 1 µs on a laptop; the bound only catches work that grows with history
+    assert plot.point_counts()["fast train"] <= 1000
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_steps_from_a_training_thread_while_the_user_toggles_log_scale():
+    plot = LossPlot(max_updates_per_s=50)
+    errors = []
+
+    def train():
+        try:
+            _fit(plot, "bg", 20_000, evals=("val",))
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    flips = 0
+    while thread.is_alive() or flips < 10:
+        plot.log_toggle.value = not plot.log_toggle.value
+        flips += 1
+        time.sleep(0.001)
+    thread.join()
+    assert errors == []
+    counts = plot.point_counts()
+    assert 500 <= counts["bg train"] <= 1000 and counts["bg val"] == 1
+    assert plot.figure.layout.yaxis.type == ("log" if plot.log_toggle.value else "linear")
+
+
+class StepCounter(Callback):
+    def __init__(self):
+        self.steps = 0
+
+    def on_step(self, metrics):
+        self.steps += 1
+
+
+def test_a_real_trainer_feeds_the_plot():
+    splits = split_dataset(load_dataset("regression", n_samples=512), (0.8, 0.1, 0.1), seed=0)
+    config = TrainConfig(epochs=2, batch_size=64, optimizer=OptimizerConfig("sgd", lr=0.1))
+    plot, counter = LossPlot(), StepCounter()
+    Trainer(models.linear(10), torch.nn.functional.mse_loss, splits, config, callbacks=[plot, counter]).fit()
+    assert plot.point_counts() == {"run 1 train": counter.steps, "run 1 val": 2, "run 1 test": 2}
+    assert counter.steps > 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"max_points": 1}, "max_points"),
+        ({"max_points": 10.5}, "max_points"),
+        ({"max_updates_per_s": 0}, "max_updates_per_s"),
+        ({"max_updates_per_s": -4}, "max_updates_per_s"),
+        ({"max_updates_per_s": math.inf}, "max_updates_per_s"),
+    ],
+)
+def test_constructor_arguments_are_checked(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        LossPlot(**kwargs)

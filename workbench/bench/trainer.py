@@ -1,0 +1,209 @@
+"""How much the Trainer and its Dashboard cost: one run, three loops on the same model, data and seed.
+
+    workbench bench trainer            # prints the table and the ratios
+    python -m workbench bench trainer --repeats 7
+
+Measured in one process, alternating the variants and taking the median of `repeats`:
+
+- ``hand-written``: the plain PyTorch loop (zero_grad, forward, loss, backward, step, ``loss.item()``);
+- ``Trainer``: `workbench.train.Trainer` with no callbacks;
+- ``Trainer + Dashboard``: the same with a `Dashboard` attached (loss plot, progress, device sampler at 2 Hz),
+  training in the dashboard's background thread.
+
+Also: the dashboard's own work on the training thread per step (its callbacks timed where they run) with
+``history`` points already in the loss plot, and the device sampler's CPU time as a fraction of one core.
+Outside a Jupyter kernel the widgets have no frontend, so messages to the browser are built but not sent.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional
+
+from workbench._validate import check_int
+from workbench.data import ShardedLoader, Splits, load_dataset, split_dataset
+from workbench.tables import text_table
+from workbench.train import OptimizerConfig, TrainConfig, Trainer, models
+from workbench.train.events import Callback, Event
+
+
+@dataclass(frozen=True)
+class TrainerBenchmark:
+    """Results of `benchmark_trainer` (seconds are medians over repeats)."""
+
+    steps: int
+    hand_written_s: float
+    trainer_s: float
+    dashboard_s: float
+    dashboard_us_per_step_mean: float
+    dashboard_us_per_step_max: float
+    history_points: int
+    sampler_core_fraction: float
+
+    @property
+    def trainer_ratio(self) -> float:
+        """Trainer time / hand-written time (1.03 = 3% slower)."""
+        return self.trainer_s / self.hand_written_s
+
+    @property
+    def dashboard_ratio(self) -> float:
+        """Trainer + Dashboard time / hand-written time."""
+        return self.dashboard_s / self.hand_written_s
+
+    def table(self) -> str:
+        """The results as a text table with the issue's targets."""
+        rows = [
+            ["hand-written loop", f"{self.hand_written_s:.3f} s", "1.000", ""],
+            ["Trainer", f"{self.trainer_s:.3f} s", f"{self.trainer_ratio:.3f}", "≤ 1.03"],
+            ["Trainer + Dashboard", f"{self.dashboard_s:.3f} s", f"{self.dashboard_ratio:.3f}", "≤ 1.03"],
+            [
+                f"dashboard work per step ({self.history_points:,} points)",
+                f"{self.dashboard_us_per_step_mean:.1f} µs mean, {self.dashboard_us_per_step_max:.0f} µs max",
+                "",
+                "≤ 1000 µs",
+            ],
+            ["device sampler (2 Hz)", f"{100 * self.sampler_core_fraction:.3f}% of a core", "", "≤ 1%"],
+        ]
+        return text_table(["what", "measured", "ratio", "target"], rows)
+
+
+def benchmark_trainer(
+    *, repeats: int = 5, epochs: int = 2, n_samples: int = 4096, history: int = 1_000_000
+) -> TrainerBenchmark:
+    """Time the three loops (see the module docstring) and return the medians.
+
+    Args:
+        repeats: runs of each variant (alternating), ≥ 1.
+        epochs, n_samples: how long one run is (synthetic 3×32×32 images, MLP 3072-512-512-10, batch 128).
+        history: points put into the loss plot before the timed dashboard runs.
+    """
+    check_int("repeats", repeats, minimum=1)
+    check_int("epochs", epochs, minimum=1)
+    check_int("n_samples", n_samples, minimum=16)
+    check_int("history", history, minimum=0)
+    data = load_dataset("synthetic_images", n_samples=n_samples, image_size=32, seed=0)
+    splits = split_dataset(data, (0.9, 0.1, 0.0), seed=0)
+    config = TrainConfig(epochs=epochs, batch_size=128, optimizer=OptimizerConfig("adam", lr=1e-3), seed=0)
+    steps = len(ShardedLoader(splits.train, config.batch_size)) * epochs
+
+    timings: dict[str, list[float]] = {"hand": [], "trainer": [], "dashboard": []}
+    per_step: list[float] = []
+    sampler_fractions: list[float] = []
+    _hand_written(_model(), splits, config)  # warm-up: allocator, thread pools, first-call costs
+    for _ in range(repeats):
+        timings["hand"].append(_timed(lambda: _hand_written(_model(), splits, config)))
+        timings["trainer"].append(_timed(lambda: _trainer(splits, config).fit()))
+        seconds, costs, fraction = _with_dashboard(splits, config, history)
+        timings["dashboard"].append(seconds)
+        per_step.extend(costs)
+        sampler_fractions.append(fraction)
+    return TrainerBenchmark(
+        steps=steps,
+        hand_written_s=statistics.median(timings["hand"]),
+        trainer_s=statistics.median(timings["trainer"]),
+        dashboard_s=statistics.median(timings["dashboard"]),
+        dashboard_us_per_step_mean=1e6 * statistics.fmean(per_step),
+        dashboard_us_per_step_max=1e6 * max(per_step),
+        history_points=history,
+        sampler_core_fraction=statistics.median(sampler_fractions),
+    )
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return models.mlp(3 * 32 * 32, 10, hidden=(512, 512))
+
+
+def _trainer(splits: Splits, config: TrainConfig) -> Trainer:
+    return Trainer(_model(), functional.cross_entropy, splits, config)
+
+
+def _timed(run: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def _hand_written(model: torch.nn.Module, splits: Splits, config: TrainConfig) -> None:
+    """The loop a PyTorch user writes, logging the loss every step like the Trainer does."""
+    torch.manual_seed(config.seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr)
+    loader = ShardedLoader(splits.train, config.batch_size, shuffle=True, seed=config.seed)
+    losses = []
+    for epoch in range(config.epochs):
+        loader.set_epoch(epoch)
+        model.train()
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        model.eval()
+        with torch.no_grad():
+            for x, y in ShardedLoader(splits.val, config.batch_size, shuffle=False, remainder="uneven"):
+                functional.cross_entropy(model(x), y)
+
+
+class _TimedCallbacks(Callback):
+    """Runs the dashboard's callbacks and records how long each on_step took on the training thread."""
+
+    def __init__(self, callbacks: list[Callback]) -> None:
+        self.callbacks = callbacks
+        self.step_costs: list[float] = []
+
+    def on_fit_start(self, info: Event) -> None:
+        for callback in self.callbacks:
+            callback.on_fit_start(info)
+
+    def on_step(self, metrics: Event) -> None:
+        started = time.perf_counter()
+        for callback in self.callbacks:
+            callback.on_step(metrics)
+        self.step_costs.append(time.perf_counter() - started)
+
+    def on_eval(self, metrics: Event) -> None:
+        for callback in self.callbacks:
+            callback.on_eval(metrics)
+
+    def on_fit_end(self, summary: Event) -> None:
+        for callback in self.callbacks:
+            callback.on_fit_end(summary)
+
+
+def _with_dashboard(splits: Splits, config: TrainConfig, history: int) -> tuple[float, list[float], float]:
+    from workbench.widgets.dashboard import Dashboard
+
+    trainer = _trainer(splits, config)
+    dashboard = Dashboard(trainer)
+    _fill_history(dashboard, history)
+    timed = _TimedCallbacks(list(trainer.events.callbacks))
+    trainer.events.callbacks = [timed]
+    seconds = _timed(dashboard.fit)
+    fraction = dashboard.sampler.cpu_fraction if dashboard.sampler is not None else 0.0
+    dashboard.close()
+    return seconds, timed.step_costs, fraction
+
+
+def _fill_history(dashboard: object, points: int) -> None:
+    """Put `points` earlier steps into the loss plot, as a long run would have."""
+    plot = dashboard.loss_plot  # type: ignore[attr-defined]
+    plot.on_fit_start(
+        {
+            "run": "history",
+            "rank": 0,
+            "total_steps": points,
+            "start_step": 0,
+            "epochs": 1,
+            "steps_per_epoch": points,
+            "config": {},
+        }
+    )
+    for step in range(1, points + 1):
+        plot.on_step({"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 1e-3, "rank": 0})
+    plot.flush()

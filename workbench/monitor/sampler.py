@@ -1,0 +1,153 @@
+"""A background thread that samples CPU and GPU use at a fixed rate and hands each sample to subscribers."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from workbench._validate import check_int
+from workbench.monitor.readers import NvmlReader, read_cpu
+
+Sample = dict[str, Any]
+
+
+class DeviceSampler:
+    """Samples ``{"time", "cpu", "gpus"}`` every `interval` seconds on a daemon thread.
+
+    Nothing runs until `start`; `stop` ends the thread within one interval and shuts NVML. Subscribers are
+    called on the sampler thread after each sample; one that raises is reported in `errors` and the
+    sampling goes on.
+
+    Args:
+        interval: seconds between samples (> 0; default 0.5, i.e. 2 Hz).
+        history: how many recent samples `samples()` keeps (≥ 1).
+        nvml: a pynvml-like module for the GPU reader (tests pass a stand-in).
+
+    Example:
+        >>> sampler = DeviceSampler(interval=0.05)
+        >>> with sampler:
+        ...     time.sleep(0.2)
+        >>> len(sampler.samples()) >= 1, sampler.running
+        (True, False)
+    """
+
+    def __init__(self, interval: float = 0.5, history: int = 240, nvml: ModuleType | None = None) -> None:
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int | float)
+            or not (math.isfinite(interval) and interval > 0)
+        ):
+            raise ValueError(f"interval must be a finite number of seconds > 0, got {interval!r}")
+        self.interval = float(interval)
+        self._history: deque[Sample] = deque(maxlen=check_int("history", history, minimum=1))
+        self._gpus = NvmlReader(nvml)
+        self._subscribers: list[Callable[[Sample], None]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors: list[str] = []
+        self.cpu_seconds = 0.0
+        self._wall_started: float | None = None
+        self._wall_seconds = 0.0
+
+    @property
+    def running(self) -> bool:
+        """True while the sampling thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def wall_seconds(self) -> float:
+        """Seconds the sampler has been running (all runs together)."""
+        running = 0.0 if self._wall_started is None else time.perf_counter() - self._wall_started
+        return self._wall_seconds + running
+
+    @property
+    def cpu_fraction(self) -> float:
+        """CPU time of the sampling thread / its running time: its cost as a fraction of one core."""
+        wall = self.wall_seconds
+        return self.cpu_seconds / wall if wall > 0 else 0.0
+
+    @property
+    def gpu_unavailable_reason(self) -> str | None:
+        """Why no GPU is sampled (no NVML), or None."""
+        return self._gpus.unavailable_reason
+
+    @property
+    def latest(self) -> Sample | None:
+        """The most recent sample, or None before the first."""
+        with self._lock:
+            return self._history[-1] if self._history else None
+
+    def samples(self) -> list[Sample]:
+        """The recent samples, oldest first (at most `history`)."""
+        with self._lock:
+            return list(self._history)
+
+    def subscribe(self, callback: Callable[[Sample], None]) -> Callable[[], None]:
+        """Call `callback(sample)` after each sample; returns a function that unsubscribes it."""
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def sample_once(self) -> Sample:
+        """Read CPU and GPUs now (on the calling thread), without storing or publishing."""
+        return {"time": time.time(), "cpu": read_cpu(), "gpus": self._gpus.read()}
+
+    def start(self) -> None:
+        """Start sampling; does nothing if already running."""
+        if self.running:
+            return
+        self._stop = threading.Event()
+        self._wall_started = time.perf_counter()
+        self._thread = threading.Thread(
+            target=self._run, args=(self._stop,), name="workbench-sampler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop sampling, wait for the thread (up to `timeout` s) and shut NVML."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError(f"the sampler thread did not stop within {timeout} s")
+            self._thread = None
+        if self._wall_started is not None:
+            self._wall_seconds += time.perf_counter() - self._wall_started
+            self._wall_started = None
+        self._gpus.close()
+
+    def __enter__(self) -> DeviceSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _run(self, stop: threading.Event) -> None:
+        read_cpu()  # prime psutil's counters so the first sample covers one interval
+        while not stop.wait(self.interval):
+            cpu_started = time.thread_time()
+            sample = self.sample_once()
+            with self._lock:
+                self._history.append(sample)
+                subscribers = list(self._subscribers)
+            for callback in subscribers:
+                try:
+                    callback(sample)
+                except Exception as error:  # a broken view must not stop the sampling
+                    self.errors.append(
+                        f"{getattr(callback, '__qualname__', callback)}: {type(error).__name__}: {error}"
+                    )
+            self.cpu_seconds += time.thread_time() - cpu_started

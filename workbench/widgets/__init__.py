@@ -1,0 +1,26 @@
+"""Live views of training: ipywidgets + plotly in a notebook, a tqdm bar in a terminal.
+
+`Dashboard` puts a progress bar, `LossPlot`, `DeviceMonitor` and controls together; `ConsoleProgress` is the
+text fallback. Names are imported on first use, so ``workbench.widgets.console`` needs no plotly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "ConsoleProgress": "workbench.widgets.console",
+    "Dashboard": "workbench.widgets.dashboard",
+    "DeviceMonitor": "workbench.widgets.device_monitor",
+    "DownsampledSeries": "workbench.widgets.series",
+    "LossPlot": "workbench.widgets.loss_plot",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'workbench.widgets' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -1,0 +1,65 @@
+"""The text fallback for terminals and CI logs: a tqdm bar with loss, lr and the last evaluation."""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
+
+from tqdm import tqdm
+
+from workbench.train.events import Callback, Event
+
+
+class ConsoleProgress(Callback):
+    """A tqdm progress bar over optimizer steps; prints each evaluation and the final status.
+
+    Example:
+        >>> import io
+        >>> progress = ConsoleProgress(file=io.StringIO())
+        >>> progress.on_fit_start({"total_steps": 10, "start_step": 0, "epochs": 1, "run": None})
+        >>> progress.on_step({"step": 10, "epoch": 0, "loss": 0.5, "lr": 0.1})
+        >>> progress.on_fit_end({"status": "finished", "step": 10, "error": None})
+        >>> "finished at step 10" in progress.file.getvalue()
+        True
+    """
+
+    def __init__(self, file: IO[str] | None = None, mininterval: float = 0.5) -> None:
+        self.file = file if file is not None else sys.stderr
+        self.mininterval = mininterval
+        self._bar: tqdm | None = None
+
+    def on_fit_start(self, info: Event) -> None:
+        self._bar = tqdm(
+            total=info["total_steps"],
+            initial=info["start_step"],
+            unit="step",
+            desc=info.get("run") or "train",
+            file=self.file,
+            mininterval=self.mininterval,
+            dynamic_ncols=True,
+        )
+
+    def on_step(self, metrics: Event) -> None:
+        if self._bar is None:
+            return
+        self._bar.update(metrics["step"] - self._bar.n)
+        self._bar.set_postfix(
+            epoch=metrics["epoch"], loss=f"{metrics['loss']:.4g}", lr=f"{metrics['lr']:.3g}", refresh=False
+        )
+
+    def on_eval(self, metrics: Event) -> None:
+        parts = [f"{key} {metrics[key]:.4f}" for key in ("loss", "accuracy") if key in metrics]
+        line = f"epoch {metrics['epoch']} {metrics['split']}: " + ", ".join(parts)
+        if self._bar is not None:
+            self._bar.write(line, file=self.file)
+        else:
+            print(line, file=self.file)
+
+    def on_fit_end(self, summary: Event) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        line = f"{summary['status']} at step {summary['step']}"
+        if summary.get("error"):
+            line += f": {summary['error']}"
+        print(line, file=self.file)

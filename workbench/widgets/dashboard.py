@@ -1,0 +1,289 @@
+"""The training dashboard: progress with ETA, live loss plot, device monitor and controls.
+
+Training runs in a background thread so the notebook stays responsive: the buttons work while it runs.
+
+    dashboard = Dashboard(trainer)   # shows itself when it is the last expression of a cell
+    dashboard.start()                # or press Start
+    result = dashboard.wait()        # in a later cell: blocks, returns the FitResult, re-raises a failure
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+import time
+from typing import Any
+
+import ipywidgets as widgets
+
+from workbench.monitor import DeviceSampler
+from workbench.train import FitResult, Trainer
+from workbench.train.events import Callback, Event
+from workbench.widgets.device_monitor import DeviceMonitor
+from workbench.widgets.loss_plot import LossPlot
+
+_PUSH_INTERVAL_S = 0.25  # progress text and bar: at most 4 updates per second
+
+
+class Dashboard(Callback):
+    """Start/pause/stop a `Trainer` from a notebook and watch it: progress, loss curves, device use.
+
+    Args:
+        trainer: the trainer to drive; the dashboard subscribes to its events and uses its control.
+        loss_plot: a `LossPlot` to draw into (share one between dashboards to overlay runs).
+        monitor: sample CPU/GPU use while training (a `DeviceSampler` at `sample_interval` seconds).
+        sample_interval: seconds between device samples (default 0.5, i.e. 2 Hz).
+
+    Controls act at the next step boundary: Pause holds training, Stop finishes the current step and
+    saves a checkpoint (when the trainer has a run name), Apply sets the learning rate and clipping.
+
+    Example:
+        >>> from workbench.train import Trainer, build_experiment
+        >>> e = build_experiment("regression-linear", n_samples=2000, epochs=1)
+        >>> dashboard = Dashboard(Trainer(e.model, e.loss_fn, e.splits, e.config), monitor=False)
+        >>> dashboard.fit().status
+        'finished'
+        >>> dashboard.progress.value == dashboard.progress.max
+        True
+    """
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        *,
+        loss_plot: LossPlot | None = None,
+        monitor: bool = True,
+        sample_interval: float = 0.5,
+    ) -> None:
+        self.trainer = trainer
+        self.control = trainer.control
+        self.loss_plot = loss_plot if loss_plot is not None else LossPlot()
+        self.sampler = DeviceSampler(interval=sample_interval) if monitor else None
+        self.device_monitor = DeviceMonitor() if monitor else None
+        self._thread: threading.Thread | None = None
+        self._result: FitResult | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._latest: Event | None = None
+        self._last_eval: dict[str, Event] = {}
+        self._last_push = 0.0
+        self._started_at = 0.0
+        self._start_step = 0
+        self._total_steps = trainer.total_steps
+        self._build_widgets()
+        trainer.add_callback(self.loss_plot)
+        trainer.add_callback(self)
+
+    # ------------------------------------------------------------------ widgets
+
+    def _build_widgets(self) -> None:
+        config = self.trainer.config
+        self.progress = widgets.IntProgress(
+            value=self.trainer.step,
+            min=0,
+            max=self._total_steps,
+            description="steps",
+            layout=widgets.Layout(width="60%"),
+        )
+        self.status = widgets.HTML(value=self._status_text("ready"))
+        self.start_button = widgets.Button(description="Start", icon="play", button_style="success")
+        self.pause_button = widgets.ToggleButton(description="Pause", icon="pause", disabled=True)
+        self.stop_button = widgets.Button(
+            description="Stop", icon="stop", button_style="danger", disabled=True
+        )
+        self.lr_input = widgets.FloatText(
+            value=config.optimizer.lr, description="lr", step=None, layout=widgets.Layout(width="180px")
+        )
+        self.clip_input = widgets.FloatText(
+            value=config.clip_norm, description="clip norm", layout=widgets.Layout(width="180px")
+        )
+        self.apply_button = widgets.Button(
+            description="Apply", tooltip="use lr and clip norm from the next step"
+        )
+        self.error = widgets.HTML(value="")
+        self.start_button.on_click(lambda _: self.start())
+        self.pause_button.observe(self._on_pause_toggle, names="value")
+        self.stop_button.on_click(lambda _: self.stop())
+        self.apply_button.on_click(lambda _: self.apply_settings())
+        rows = [
+            widgets.HBox([self.progress, self.status]),
+            widgets.HBox(
+                [
+                    self.start_button,
+                    self.pause_button,
+                    self.stop_button,
+                    self.lr_input,
+                    self.clip_input,
+                    self.apply_button,
+                ]
+            ),
+            self.error,
+            self.loss_plot.widget,
+        ]
+        if self.device_monitor is not None:
+            rows.append(self.device_monitor.widget)
+        self.widget = widgets.VBox(rows)
+        self.widget.add_class("workbench-dashboard")
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    # ------------------------------------------------------------------ actions
+
+    @property
+    def running(self) -> bool:
+        """True while the training thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, resume: bool = False) -> None:
+        """Train in a background thread (the Start button); `resume` as in `Trainer.fit`."""
+        if self.running:
+            raise RuntimeError("training is already running; Stop it or wait() for it first")
+        self._result, self._error = None, None
+        self.error.value = ""
+        self.control.reset()
+        self._set_running_buttons(True)
+        if self.sampler is not None and self.device_monitor is not None:
+            self._unsubscribe = self.sampler.subscribe(self.device_monitor.update)
+            self.sampler.start()
+        self._thread = threading.Thread(
+            target=self._train, args=(resume,), name="workbench-train", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish the current step, save a checkpoint, end training (the Stop button)."""
+        self.control.stop()
+
+    def apply_settings(self) -> None:
+        """Send the lr and clip-norm fields to the loop (the Apply button); bad values show as an error."""
+        try:
+            self.control.set_lr(self.lr_input.value)
+            self.control.set_clipping(norm=self.clip_input.value)
+        except ValueError as error:
+            self._show_error(f"not applied: {error}")
+            return
+        self.error.value = ""
+
+    def wait(self, timeout: float | None = None) -> FitResult:
+        """Block until training ends; return its `FitResult` or raise its error.
+
+        Interrupting the kernel while waiting stops training at the next step boundary.
+        """
+        if self._thread is None:
+            raise RuntimeError("nothing to wait for: call start() (or press Start) first")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while self._thread.is_alive():
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"training still running after {timeout} s")
+                self._thread.join(0.1)
+        except KeyboardInterrupt:
+            self.control.stop()
+            self._thread.join()
+            raise
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def fit(self, resume: bool = False) -> FitResult:
+        """`start` then `wait`: train with the dashboard attached, blocking (scripts, tests)."""
+        self.start(resume=resume)
+        return self.wait()
+
+    def close(self) -> None:
+        """Stop training and sampling and close the widgets."""
+        self.control.stop()
+        if self._thread is not None:
+            self._thread.join()
+        self._stop_sampler()
+        self.widget.close()
+
+    def _train(self, resume: bool) -> None:
+        try:
+            self._result = self.trainer.fit(resume=resume)
+        except BaseException as error:  # shown in the widget and re-raised by wait()
+            self._error = error
+        finally:
+            self._stop_sampler()
+            self._set_running_buttons(False)
+
+    def _stop_sampler(self) -> None:
+        if self.sampler is not None and self.sampler.running:
+            self.sampler.stop()
+            self._unsubscribe()
+
+    def _on_pause_toggle(self, change: dict[str, Any]) -> None:
+        if change["new"]:
+            self.control.pause()
+            self.pause_button.description, self.pause_button.icon = "Resume", "play"
+        else:
+            self.control.resume()
+            self.pause_button.description, self.pause_button.icon = "Pause", "pause"
+
+    def _set_running_buttons(self, running: bool) -> None:
+        self.start_button.disabled = running
+        self.stop_button.disabled = not running
+        self.pause_button.disabled = not running
+        if not running and self.pause_button.value:
+            self.pause_button.value = False
+
+    def _show_error(self, message: str) -> None:
+        self.error.value = (
+            '<div style="color:#a40000;background:#fdecea;padding:6px;border-left:4px solid #a40000;'
+            f'white-space:pre-wrap"><b>Error</b>: {html.escape(message)}</div>'
+        )
+
+    # ------------------------------------------------------------------ events (training thread)
+
+    def on_fit_start(self, info: Event) -> None:
+        self._total_steps = info["total_steps"]
+        self._start_step = info["start_step"]
+        self._started_at = time.perf_counter()
+        self.progress.max = self._total_steps
+        self.progress.value = self._start_step
+        self.status.value = self._status_text("running")
+
+    def on_step(self, metrics: Event) -> None:
+        self._latest = metrics
+        now = time.perf_counter()
+        if now - self._last_push >= _PUSH_INTERVAL_S:
+            self._last_push = now
+            self._push("running")
+
+    def on_eval(self, metrics: Event) -> None:
+        self._last_eval[metrics["split"]] = metrics
+
+    def on_fit_end(self, summary: Event) -> None:
+        self._push(summary["status"])
+        if summary["error"]:
+            self._show_error(f"training failed at step {summary['step']}: {summary['error']}")
+
+    def _push(self, state: str) -> None:
+        if self._latest is not None:
+            self.progress.value = self._latest["step"]
+        self.status.value = self._status_text(state)
+
+    def _status_text(self, state: str) -> str:
+        parts = [f"<b>{state}</b>"]
+        latest = self._latest
+        if latest is not None:
+            parts.append(f"step {latest['step']}/{self._total_steps}, epoch {latest['epoch'] + 1}")
+            parts.append(f"loss {latest['loss']:.4g}, lr {latest['lr']:.3g}")
+            elapsed = time.perf_counter() - self._started_at
+            done = latest["step"] - self._start_step
+            if done > 0 and state == "running":
+                eta = elapsed / done * (self._total_steps - latest["step"])
+                parts.append(f"{done / elapsed:.0f} steps/s, ETA {_clock(eta)}")
+            elif state != "running":
+                parts.append(f"{_clock(elapsed)} elapsed")
+        for split, metrics in self._last_eval.items():
+            shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in ("loss", "accuracy") if k in metrics)
+            parts.append(f"{split}: {shown}")
+        return " · ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(round(seconds), 0)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

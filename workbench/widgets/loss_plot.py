@@ -1,0 +1,247 @@
+"""Live loss curves for one or more runs: a plotly FigureWidget fed by training events, redrawn ≤ 4×/s.
+
+Each run gets a colour; its train loss is a solid line, val loss dashed, test loss markers. Events only
+append to a `DownsampledSeries` (about a microsecond on the training thread); a `Throttle` timer thread
+redraws the figure from those series, so history length never slows training or the browser.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.colors
+import plotly.graph_objects as go
+
+from workbench._validate import check_int
+from workbench.train.events import Callback, Event
+from workbench.train.metrics_log import read_metrics
+from workbench.widgets.series import DownsampledSeries
+from workbench.widgets.throttle import Throttle, check_positive
+
+SPLITS = ("train", "val", "test")
+_COLORS = plotly.colors.qualitative.Plotly
+_TRACE_STYLE: dict[str, dict[str, Any]] = {
+    "train": {"mode": "lines", "line": {"dash": "solid", "width": 2}},
+    "val": {"mode": "lines+markers", "line": {"dash": "dash", "width": 2}, "marker": {"size": 6}},
+    "test": {"mode": "markers", "marker": {"symbol": "x", "size": 9}},
+}
+
+
+@dataclass
+class _Run:
+    name: str
+    color: str
+    series: dict[str, DownsampledSeries]
+
+
+class LossPlot(Callback):
+    """Train/val/test loss against step for one or more runs, drawn live while a `Trainer` runs.
+
+    Subscribe it to a trainer (``Trainer(..., callbacks=[plot])`` or ``trainer.add_callback(plot)``) and
+    show it by ending a cell with ``plot``. Each ``on_fit_start`` begins the run named by its ``run``
+    key (``"run 1"``, ``"run 2"``… when None); a resumed fit (``start_step > 0``) continues its curves, a
+    fresh fit under the same name starts them over. `plot_history` adds a finished run from its log.
+
+    The training thread only appends to bounded series; a timer thread redraws the figure at most
+    `max_updates_per_s` times a second, and ``on_fit_end`` (or `flush`) draws the final state.
+
+    Args:
+        max_points: the most points drawn per curve (older points are merged into means, ≥ 2).
+        max_updates_per_s: the most redraws per second while training (> 0).
+        log_y: start with a logarithmic loss axis (the "log y" toggle switches it).
+        height: figure height in pixels.
+
+    Example:
+        >>> plot = LossPlot()
+        >>> plot.on_fit_start({"run": "sgd", "start_step": 0})
+        >>> for step in range(1, 47):
+        ...     plot.on_step({"step": step, "loss": 1 / step})
+        >>> plot.on_eval({"step": 46, "split": "val", "loss": 0.05})
+        >>> plot.on_fit_end({"status": "finished"})
+        >>> plot.point_counts()
+        {'sgd train': 46, 'sgd val': 1}
+    """
+
+    def __init__(
+        self,
+        *,
+        max_points: int = 1000,
+        max_updates_per_s: float = 4,
+        log_y: bool = False,
+        height: int = 380,
+    ) -> None:
+        self.max_points = check_int("max_points", max_points, minimum=2)
+        self._throttle = Throttle(self._draw, check_positive("max_updates_per_s", max_updates_per_s))
+        self._data_lock = threading.Lock()  # runs, series, _changed; held for microseconds
+        self._figure_lock = threading.RLock()  # the figure; taken before _data_lock, never after
+        self._runs: dict[str, _Run] = {}
+        self._current: _Run | None = None
+        self._changed: set[tuple[str, str]] = set()  # (run, split) appended to since the last draw
+        self._traces: dict[tuple[str, str], Any] = {}
+        self.figure = go.FigureWidget(
+            layout={
+                "height": height,
+                "margin": {"l": 60, "r": 20, "t": 30, "b": 45},
+                "xaxis": {"title": {"text": "step"}},
+                "yaxis": {"title": {"text": "loss"}, "type": "log" if log_y else "linear"},
+                "uirevision": "loss",  # keep the user's zoom across redraws
+                "template": "plotly_white",
+            }
+        )
+        self.log_toggle = widgets.ToggleButton(
+            value=log_y, description="log y", icon="line-chart", tooltip="logarithmic loss axis"
+        )
+        self.log_toggle.observe(self._on_log_toggle, names="value")
+        self.widget = widgets.VBox([self.log_toggle, self.figure])
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    @property
+    def runs(self) -> list[str]:
+        """Names of the runs plotted, in the order they began."""
+        with self._data_lock:
+            return list(self._runs)
+
+    def new_run(self, name: str | None = None) -> str:
+        """Start (or start over) run `name` and send the next events to it; returns its name."""
+        with self._data_lock:
+            self._current = self._begin(name, fresh=True)
+            name = self._current.name
+        self._throttle.poke()
+        return name
+
+    def plot_history(self, name: str, events: Iterable[Event] | str | os.PathLike) -> None:
+        """Draw a finished run from its events, or from its run directory's ``metrics.jsonl``.
+
+        `events` are dicts as `MetricsLog` writes them (``{"event": "step", "step": 3, "loss": …}``);
+        events without an ``"event"`` key count as evaluations when they have a ``"split"``, else as
+        steps. A run already called `name` is replaced. The live run (if any) is not disturbed.
+        """
+        if isinstance(events, str | os.PathLike):
+            events = read_metrics(events)
+        xs: dict[str, list[Any]] = {split: [] for split in SPLITS}
+        ys: dict[str, list[Any]] = {split: [] for split in SPLITS}
+        for event in events:
+            kind = event.get("event") or ("eval" if "split" in event else "step")
+            if kind == "step":
+                split = "train"
+            elif kind == "eval" and event.get("split") in ("val", "test"):
+                split = event["split"]
+            else:
+                continue  # fit_start, fit_end, an evaluation of the train split
+            if "loss" in event:
+                xs[split].append(event["step"])
+                ys[split].append(event["loss"])
+        with self._data_lock:
+            run = self._begin(name, fresh=True)
+            for split in SPLITS:
+                run.series[split].extend(xs[split], ys[split])
+        self.flush()
+
+    def flush(self) -> None:
+        """Draw every pending point now, on this thread."""
+        self._draw()
+
+    def point_counts(self) -> dict[str, int]:
+        """Trace name → number of points in the figure now (what the browser shows)."""
+        with self._figure_lock:
+            return {trace.name: 0 if trace.x is None else len(trace.x) for trace in self.figure.data}
+
+    # ------------------------------------------------------------------ events (training thread)
+
+    def on_fit_start(self, info: Event) -> None:
+        with self._data_lock:
+            self._current = self._begin(info.get("run"), fresh=info.get("start_step", 0) == 0)
+        self._throttle.start()
+
+    def on_step(self, metrics: Event) -> None:
+        with self._data_lock:
+            run = self._current if self._current is not None else self._start_default_run()
+            run.series["train"].append(metrics["step"], metrics["loss"])
+            self._changed.add((run.name, "train"))
+        self._throttle.poke()
+
+    def on_eval(self, metrics: Event) -> None:
+        split = metrics.get("split")
+        if split not in ("val", "test") or "loss" not in metrics:
+            return
+        with self._data_lock:
+            run = self._current if self._current is not None else self._start_default_run()
+            run.series[split].append(metrics["step"], metrics["loss"])
+            self._changed.add((run.name, split))
+        self._throttle.poke()
+
+    def on_fit_end(self, summary: Event) -> None:
+        self._throttle.stop()
+        self.flush()
+
+    # ------------------------------------------------------------------ internals
+
+    def _start_default_run(self) -> _Run:
+        """Events arrived without ``on_fit_start``: plot them as a new unnamed run (data lock held)."""
+        self._current = self._begin(None, fresh=True)
+        return self._current
+
+    def _begin(self, name: str | None, *, fresh: bool) -> _Run:
+        """The run called `name` (a new "run N" when None); empty its curves if `fresh` (data lock held)."""
+        if name is None:
+            number = len(self._runs) + 1
+            while f"run {number}" in self._runs:
+                number += 1
+            name = f"run {number}"
+        run = self._runs.get(name)
+        if run is None:
+            run = _Run(name, _COLORS[len(self._runs) % len(_COLORS)], {})
+            self._runs[name] = run
+        if fresh or not run.series:
+            run.series = {split: DownsampledSeries(self.max_points) for split in SPLITS}
+            self._changed.update((name, split) for split in SPLITS)
+        return run
+
+    def _draw(self) -> None:
+        """Copy the changed curves (under the data lock, O(max_points) each) and send them to the figure."""
+        with self._figure_lock:
+            with self._data_lock:
+                changed, self._changed = self._changed, set()
+                curves = [
+                    (self._runs[name], split, *self._runs[name].series[split].points())
+                    for name, split in changed
+                ]
+            if not curves:
+                return
+            order = {name: i for i, name in enumerate(self._runs)}
+            curves.sort(key=lambda c: (order[c[0].name], SPLITS.index(c[1])))
+            with self.figure.batch_update():
+                for run, split, x, y in curves:
+                    trace = self._traces.get((run.name, split))
+                    if trace is None:
+                        if len(x) == 0:
+                            continue
+                        trace = self._add_trace(run, split)
+                    trace.x, trace.y = x, y
+
+    def _add_trace(self, run: _Run, split: str) -> Any:
+        style = _TRACE_STYLE[split]
+        self.figure.add_scatter(
+            name=f"{run.name} {split}",
+            legendgroup=run.name,
+            mode=style["mode"],
+            line={**style.get("line", {}), "color": run.color},
+            marker={**style.get("marker", {}), "color": run.color},
+            hovertemplate=f"{run.name} {split}<br>step %{{x:.0f}}<br>loss %{{y:.4g}}<extra></extra>",
+        )
+        trace = self.figure.data[-1]
+        self._traces[(run.name, split)] = trace
+        return trace
+
+    def _on_log_toggle(self, change: dict[str, Any]) -> None:
+        axis_type = "log" if change["new"] else "linear"
+        with self._figure_lock, self.figure.batch_update():
+            self.figure.layout.yaxis.type = axis_type
+            self.figure.layout.yaxis.uirevision = axis_type  # drop a zoom taken on the other scale
