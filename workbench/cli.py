@@ -5,6 +5,7 @@ workbench doctor --json           the same as JSON
 workbench kernel install          install the `workbench` Jupyter kernelspec for this interpreter
 workbench train digits-mlp        train a preset with a progress bar and print the final metrics
 workbench train --list            the presets (digits-mlp, regression-linear, images-cnn)
+workbench bench trainer           the Trainer and Dashboard against a hand-written loop (ratios)
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     install.set_defaults(command="kernel install", run=_kernel_install)
 
     _add_train(commands)
+
+    bench = commands.add_parser("bench", help="benchmarks that print measured ratios")
+    bench_commands = bench.add_subparsers(title="benchmarks", metavar="WHAT", required=True)
+    trainer = bench_commands.add_parser("trainer", help="Trainer and Dashboard vs a hand-written loop")
+    trainer.add_argument("--repeats", type=int, default=5, help="runs of each variant (median)")
+    trainer.add_argument("--epochs", type=int, default=6)
+    trainer.add_argument("--history", type=int, default=1_000_000, help="loss-plot points before timing")
+    trainer.set_defaults(command="bench trainer", run=_bench_trainer)
     return parser
 
 
@@ -156,4 +165,17 @@ def _train(args: argparse.Namespace) -> int:
         f"{trainer.device} ({torch.get_num_threads()} threads)"
         + (f"; checkpoint {result.checkpoint}" if result.checkpoint else "")
     )
+    return 0
+
+
+def _bench_trainer(args: argparse.Namespace) -> int:
+    from workbench.bench.trainer import benchmark_trainer
+
+    try:
+        result = benchmark_trainer(repeats=args.repeats, epochs=args.epochs, history=args.history)
+    except ValueError as error:
+        print(f"workbench bench trainer: error: {error}", file=sys.stderr)
+        return 2
+    print(f"{result.steps} optimizer steps per run, median of {args.repeats} runs each")
+    print(result.table())
     return 0

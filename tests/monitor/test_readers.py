@@ -13,6 +13,8 @@ BUSY_GPUS = [
 def test_cpu_reading_has_per_core_and_ram():
     reading = read_cpu()
     assert len(reading["per_core"]) >= 1 and 0 <= reading["percent"] <= 100
+    assert isinstance(reading["percent"], float) and all(isinstance(c, float) for c in reading["per_core"])
+    assert isinstance(reading["ram_used"], int) and isinstance(reading["ram_total"], int)
     assert 0 < reading["ram_used"] <= reading["ram_total"]
 
 
@@ -37,6 +39,18 @@ def test_without_nvml_there_are_no_gpus_and_a_reason(fake_nvml):
     reader = NvmlReader(fake_nvml(init_error="NVML Shared Library Not Found"))
     assert reader.read() == []
     assert "NVML Shared Library Not Found" in reader.unavailable_reason
+
+
+def test_the_reason_outlives_close_and_a_reopen_tries_again(fake_nvml):
+    nvml = fake_nvml([BUSY_GPUS[1]], init_error="Driver Not Loaded")
+    reader = NvmlReader(nvml)
+    assert reader.read() == [] and reader.read() == []
+    reader.close()
+    assert "Driver Not Loaded" in reader.unavailable_reason  # still there for a report after stop()
+    nvml.init_error = None  # the driver came back
+    assert [gpu["name"] for gpu in reader.read()] == ["NVIDIA L4"] and reader.unavailable_reason is None
+    reader.close()
+    assert not nvml.open
 
 
 def test_the_real_pynvml_on_this_machine_degrades_or_reads():

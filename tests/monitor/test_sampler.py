@@ -1,3 +1,4 @@
+import itertools
 import time
 
 import pytest
@@ -51,6 +52,39 @@ def test_a_failing_subscriber_is_reported_and_sampling_goes_on():
     with sampler:
         _wait_for(lambda: len(good) >= 3)
     assert sampler.errors and "RuntimeError: view is gone" in sampler.errors[0]
+
+
+def test_a_failing_reader_is_reported_and_sampling_goes_on(fake_nvml):
+    nvml = fake_nvml([{"name": "H100", "memory": 80 << 30, "capability": (9, 0)}])
+
+    def lost(handle):
+        raise RuntimeError("GPU has fallen off the bus")
+
+    nvml.nvmlDeviceGetUtilizationRates = lost  # not an NVMLError, so not a None field
+    sampler = DeviceSampler(interval=0.01, nvml=nvml)
+    with sampler:
+        _wait_for(lambda: len(sampler.errors) >= 3)
+        assert sampler.running
+    assert sampler.samples() == [] and "sample_once: RuntimeError: GPU has fallen off" in sampler.errors[0]
+
+
+def test_slow_subscribers_do_not_stretch_the_period():
+    sampler = DeviceSampler(interval=0.05)
+    seen = []
+    sampler.subscribe(lambda sample: (seen.append(sample["time"]), time.sleep(0.04)))
+    with sampler:
+        _wait_for(lambda: len(seen) >= 8)
+    gaps = sorted(b - a for a, b in itertools.pairwise(seen))
+    assert gaps[len(gaps) // 2] < 0.07  # a fixed grid: 0.05 s, not 0.05 + 0.04
+
+
+def test_stop_does_not_wait_out_the_interval():
+    sampler = DeviceSampler(interval=30.0)
+    sampler.start()
+    started = time.perf_counter()
+    sampler.stop()
+    assert time.perf_counter() - started < 1.0 and sampler.samples() == []
+    assert 0 < sampler.cpu_seconds < sampler.wall_seconds  # the priming read is counted too
 
 
 def test_unsubscribe_stops_the_calls():

@@ -205,7 +205,7 @@ class Explode(Callback):
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path, digits_splits):
     model = _mlp()
     recorder = Recorder()
-    config = TrainConfig(epochs=3, batch_size=64)
+    config = TrainConfig(epochs=3, batch_size=64, log_every=1)
     trainer = Trainer(
         model,
         functional.cross_entropy,
@@ -215,9 +215,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
         runs_dir=tmp_path,
         callbacks=[Explode(model, at=30), recorder],
     )
-    with pytest.raises(
-        NonFiniteLossError, match=r"loss became nan at step 31 \(epoch 1\).*checkpoint"
-    ) as err:
+    with pytest.raises(NonFiniteLossError, match=r"loss became nan at step 31, epoch 1; .*checkpoint") as err:
         trainer.fit()
     assert "nan" in str(err.value) and str(tmp_path / "nan" / "checkpoint.pt") in str(err.value)
     assert load_checkpoint(tmp_path / "nan" / "checkpoint.pt")["step"] == 23  # end of epoch 0, not after
@@ -238,7 +236,7 @@ class SetLr(Callback):
 def test_lr_and_clipping_changes_apply_from_the_next_step(digits_splits):
     control = TrainControl()
     recorder = Recorder()
-    config = TrainConfig(epochs=1, batch_size=64, optimizer=OptimizerConfig("sgd", lr=0.1))
+    config = TrainConfig(epochs=1, batch_size=64, optimizer=OptimizerConfig("sgd", lr=0.1), log_every=1)
     trainer = Trainer(
         _mlp(),
         functional.cross_entropy,
@@ -283,7 +281,7 @@ def test_pause_holds_at_a_step_boundary_until_resumed(digits_splits):
             if metrics["step"] == 3:
                 control.pause()
 
-    config = TrainConfig(epochs=1, batch_size=64)
+    config = TrainConfig(epochs=1, batch_size=64, log_every=1)
     trainer = Trainer(
         _mlp(),
         functional.cross_entropy,
@@ -378,3 +376,74 @@ def test_custom_optimizer_factory_plugs_in(digits_splits):
     )
     assert isinstance(trainer.optimizer, torch.optim.RMSprop) and made == [1e-3]
     assert trainer.fit().status == "finished"
+
+
+def test_a_fresh_fit_starts_the_log_over_and_a_resumed_one_appends(tmp_path, digits_splits):
+    config = TrainConfig(epochs=1, batch_size=256)
+    for _ in range(2):
+        Trainer(_mlp(), functional.cross_entropy, digits_splits, config, run="again", runs_dir=tmp_path).fit()
+    assert len(read_metrics(tmp_path / "again", kind="fit_start")) == 1
+    longer = config.replace(epochs=2)
+    Trainer(_mlp(), functional.cross_entropy, digits_splits, longer, run="again", runs_dir=tmp_path).fit(
+        resume=True
+    )
+    assert [e["start_step"] for e in read_metrics(tmp_path / "again", kind="fit_start")] == [0, 6]
+
+
+def test_empty_val_and_test_splits_are_skipped(digits_splits):
+    recorder = Recorder()
+    empty = digits_splits.val.subset(torch.arange(0))
+    splits = type(digits_splits)(digits_splits.train, empty, empty)
+    result = Trainer(
+        _mlp(), functional.cross_entropy, splits, TrainConfig(epochs=1), callbacks=[recorder]
+    ).fit()
+    assert result.status == "finished" and result.metrics == {} and recorder.evals == []
+
+
+def test_a_nan_between_logged_steps_is_caught_at_the_next_one(tmp_path, digits_splits):
+    model = _mlp()
+    config = TrainConfig(epochs=3, batch_size=64, log_every=10)
+    trainer = Trainer(
+        model,
+        functional.cross_entropy,
+        digits_splits,
+        config,
+        run="nan10",
+        runs_dir=tmp_path,
+        callbacks=[Explode(model, at=30)],
+    )
+    with pytest.raises(
+        NonFiniteLossError, match=r"loss became nan in steps 31-40 \(checked every log_every\)"
+    ):
+        trainer.fit()
+    assert load_checkpoint(tmp_path / "nan10" / "checkpoint.pt")["step"] == 23
+
+
+def test_stop_after_an_unchecked_nan_raises_instead_of_saving(tmp_path, digits_splits):
+    model = _mlp()
+    control = TrainControl()
+
+    config = TrainConfig(epochs=3, batch_size=64, log_every=10)
+    poison = Explode(model, at=30)
+    trainer = Trainer(
+        model,
+        functional.cross_entropy,
+        digits_splits,
+        config,
+        run="nanstop",
+        runs_dir=tmp_path,
+        control=control,
+        callbacks=[poison],
+    )
+    original = trainer._run_step
+
+    def run_step_then_stop_at_33(group, check):
+        result = original(group, check)
+        if trainer.step + 1 == 33:
+            control.stop()
+        return result
+
+    trainer._run_step = run_step_then_stop_at_33
+    with pytest.raises(NonFiniteLossError, match=r"in steps 31-33"):
+        trainer.fit()
+    assert load_checkpoint(tmp_path / "nanstop" / "checkpoint.pt")["step"] == 23

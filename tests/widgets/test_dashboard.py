@@ -20,7 +20,13 @@ def splits():
 
 def _trainer(splits, tmp_path=None, callbacks=(), **config):
     torch.manual_seed(0)
-    settings = {"epochs": 2, "batch_size": 64, "optimizer": OptimizerConfig("sgd", lr=0.1), **config}
+    settings = {
+        "epochs": 2,
+        "batch_size": 64,
+        "optimizer": OptimizerConfig("sgd", lr=0.1),
+        "log_every": 1,
+        **config,
+    }
     return Trainer(
         models.mlp(64, 10, hidden=(32,)),
         functional.cross_entropy,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -39,8 +40,9 @@ class NvmlReader:
     """Per-GPU utilisation, memory, power, temperature and PCIe traffic through NVML.
 
     NVML is opened on the first `read` (not at construction or import) and shut by `close`. Without NVML
-    (no driver, no library) `read` returns ``[]`` and `unavailable_reason` says why. A value the GPU does not
-    report (NVML "Not Supported") is None.
+    (no driver, no library) `read` returns ``[]`` and `unavailable_reason` says why; it is tried once per
+    open, and the reason stays readable after `close`. A value the GPU does not report (NVML "Not
+    Supported") is None.
 
     Args:
         nvml: a pynvml-like module (tests pass a stand-in); default: ``pynvml`` from nvidia-ml-py.
@@ -49,14 +51,21 @@ class NvmlReader:
     def __init__(self, nvml: ModuleType | None = None) -> None:
         self._nvml = nvml
         self._handles: list[Any] | None = None
+        self._tried = False  # nvmlInit attempted since the last close (don't retry a missing library)
         self.unavailable_reason: str | None = None
+        self._lock = threading.Lock()  # `sample_once` may race the sampler thread to the first open
 
     def open(self) -> bool:
         """Initialise NVML if not yet done; True when GPUs can be read."""
+        with self._lock:
+            return self._open()
+
+    def _open(self) -> bool:
         if self._handles is not None:
             return True
-        if self.unavailable_reason is not None:
+        if self._tried:
             return False
+        self._tried, self.unavailable_reason = True, None
         try:
             nvml = self._nvml if self._nvml is not None else importlib.import_module("pynvml")
             self._nvml = nvml
@@ -81,11 +90,12 @@ class NvmlReader:
         return [self._read_gpu(index, handle) for index, handle in enumerate(self._handles)]
 
     def close(self) -> None:
-        """Shut NVML (a later `read` opens it again)."""
-        if self._handles is not None:
-            self._handles = None
-            self._shutdown()
-        self.unavailable_reason = None
+        """Shut NVML (a later `read` tries to open it again); `unavailable_reason` is kept."""
+        with self._lock:
+            if self._handles is not None:
+                self._handles = None
+                self._shutdown()
+            self._tried = False
 
     def __enter__(self) -> NvmlReader:
         return self

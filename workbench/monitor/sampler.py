@@ -14,14 +14,17 @@ from workbench._validate import check_int
 from workbench.monitor.readers import NvmlReader, read_cpu
 
 Sample = dict[str, Any]
+_MAX_ERRORS = 100
 
 
 class DeviceSampler:
     """Samples ``{"time", "cpu", "gpus"}`` every `interval` seconds on a daemon thread.
 
-    Nothing runs until `start`; `stop` ends the thread within one interval and shuts NVML. Subscribers are
-    called on the sampler thread after each sample; one that raises is reported in `errors` and the
-    sampling goes on.
+    Nothing runs until `start`; `stop` ends the thread within one interval and shuts NVML. Samples are
+    taken on a fixed grid, so slow reads (NVML's PCIe counters take 20 ms each) don't stretch the period;
+    ticks missed while a sample overran are skipped. Subscribers are called on the sampler thread after
+    each sample; one that raises, or a reader that fails, is reported in `errors` (the last 100) and the
+    sampling goes on. `cpu_seconds` is all the CPU time the thread used, waits and subscribers included.
 
     Args:
         interval: seconds between samples (> 0; default 0.5, i.e. 2 Hz).
@@ -50,7 +53,7 @@ class DeviceSampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.errors: list[str] = []
+        self.errors: deque[str] = deque(maxlen=_MAX_ERRORS)
         self.cpu_seconds = 0.0
         self._wall_started: float | None = None
         self._wall_seconds = 0.0
@@ -136,18 +139,32 @@ class DeviceSampler:
         self.stop()
 
     def _run(self, stop: threading.Event) -> None:
-        read_cpu()  # prime psutil's counters so the first sample covers one interval
-        while not stop.wait(self.interval):
-            cpu_started = time.thread_time()
+        cpu_before, cpu_started = self.cpu_seconds, time.thread_time()
+        try:
+            read_cpu()  # prime psutil's counters so the first sample covers one interval
+            due = time.monotonic() + self.interval
+            while not stop.wait(max(0.0, due - time.monotonic())):
+                self._sample_and_publish()
+                self.cpu_seconds = cpu_before + time.thread_time() - cpu_started
+                missed = max(0, math.floor((time.monotonic() - due) / self.interval))
+                due += (missed + 1) * self.interval
+        finally:
+            self.cpu_seconds = cpu_before + time.thread_time() - cpu_started
+
+    def _sample_and_publish(self) -> None:
+        try:
             sample = self.sample_once()
-            with self._lock:
-                self._history.append(sample)
-                subscribers = list(self._subscribers)
-            for callback in subscribers:
-                try:
-                    callback(sample)
-                except Exception as error:  # a broken view must not stop the sampling
-                    self.errors.append(
-                        f"{getattr(callback, '__qualname__', callback)}: {type(error).__name__}: {error}"
-                    )
-            self.cpu_seconds += time.thread_time() - cpu_started
+        except Exception as error:  # e.g. a GPU fell off the bus: report it and try again next tick
+            self._record_error("sample_once", error)
+            return
+        with self._lock:
+            self._history.append(sample)
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            try:
+                callback(sample)
+            except Exception as error:  # a broken view must not stop the sampling
+                self._record_error(getattr(callback, "__qualname__", repr(callback)), error)
+
+    def _record_error(self, where: str, error: Exception) -> None:
+        self.errors.append(f"{where}: {type(error).__name__}: {error}")

@@ -138,6 +138,7 @@ class Trainer:
                 remainder="pad" if name == "train" else "uneven",
             )
             for name in ("train", "val", "test")
+            if len(getattr(splits, name)) > 0
         }
         self.steps_per_epoch = math.ceil(len(self._loaders["train"]) / self.config.accumulate)
         self.total_steps = self.steps_per_epoch * self.config.epochs
@@ -195,8 +196,10 @@ class Trainer:
 
     def evaluate(self, split: str = "val") -> dict[str, float]:
         """Mean loss (and accuracy for classification) of the model on `split` ("train", "val", "test")."""
-        if split not in self._loaders:
+        if split not in ("train", "val", "test"):
             raise ValueError(f"split={split!r} is not supported; allowed values: 'train', 'val', 'test'")
+        if split not in self._loaders:
+            return {}  # an empty split
         loader = self._loaders[split]
         self.model.eval()
         total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -231,11 +234,12 @@ class Trainer:
             self._apply(self.control.at_step_boundary())
             interval.exclude(time.perf_counter() - paused_at)
             if self.control.stop_requested:
+                self._check_finite(interval)  # never checkpoint a model that saw a non-finite loss
                 return False
             logged = (self.step + 1) % self.config.log_every == 0 or self._position + len(group) >= len(
                 loader
             )
-            loss, samples, grad_norm = self._run_step(group, measure=logged)
+            loss, samples, grad_norm = self._run_step(group, interval if logged else None)
             self.step += 1
             self._position += len(group)
             interval.add(loss, samples)
@@ -266,12 +270,16 @@ class Trainer:
         if group:
             yield group
 
-    def _run_step(self, group: list[Batch], *, measure: bool) -> tuple[torch.Tensor, int, float | None]:
+    def _run_step(
+        self, group: list[Batch], check: _Interval | None
+    ) -> tuple[torch.Tensor, int, float | None]:
         """Forward/backward over the micro-batches, clip, one optimizer step.
 
-        Returns the (detached) mean loss, the number of samples and, when `measure`, the gradient norm
-        before clipping. A non-finite loss raises before the optimizer step when `measure` is set.
+        Returns the (detached) mean loss, the number of samples and, on a logged step (`check` given: the
+        steps since the last logged one), the gradient norm before clipping. On a logged step a non-finite
+        loss in this step or the unchecked ones before it raises before the optimizer step.
         """
+        measure = check is not None
         self.model.train()
         samples = sum(len(x) for x, _ in group)
         step_loss = None
@@ -283,10 +291,8 @@ class Trainer:
                 loss = loss * (len(x) / samples)
             (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
-        if measure:
-            value = step_loss.item()
-            if not math.isfinite(value):
-                raise NonFiniteLossError(self._non_finite_message(value))
+        if check is not None:
+            self._check_finite(check, step_loss)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grad_norm = self._clip_gradients(measure)
@@ -361,15 +367,34 @@ class Trainer:
         summary.update(self._last)
         return self._event(**summary)
 
-    def _non_finite_message(self, value: float) -> str:
+    def _check_finite(self, interval: _Interval, pending: torch.Tensor | None = None) -> None:
+        """Raise NonFiniteLossError if a loss since the last check (plus `pending`) was NaN or infinite."""
+        total = interval.loss_sum
+        if pending is not None:
+            total = pending if total is None else total + pending
+        if total is None:
+            return
+        value = float(total)  # NaN and inf survive the sum, so one sync checks every step of the interval
+        if not math.isfinite(value):
+            first = self.step - interval.steps + 1
+            last = self.step + (1 if pending is not None else 0)
+            raise NonFiniteLossError(self._non_finite_message(value, first, last))
+
+    def _non_finite_message(self, value: float, first: int, last: int) -> str:
+        where = f"at step {last}" if first == last else f"in steps {first}-{last} (checked every log_every)"
         kept = (
             f"the last good checkpoint {self.checkpoint} is kept"
             if self.checkpoint is not None
             else "no checkpoint was written before it"
         )
+        hints = [f"a lower lr (now {self.lr:g})"]
+        if not self.clip_norm:
+            hints.append("clipping (clip_norm)")
+        if self.config.precision != "fp32":
+            hints.append("precision='fp32'")
         return (
-            f"training loss became {value} at step {self.step + 1} (epoch {self.epoch}); training stopped "
-            f"before the optimizer step and {kept}. Try a lower lr (now {self.lr:g}), clip_norm, or fp32."
+            f"training loss became {value} {where}, epoch {self.epoch}; training stopped before the "
+            f"optimizer step and {kept}. Try " + " or ".join(hints) + "."
         )
 
     # ------------------------------------------------------------------ state

@@ -17,9 +17,10 @@ METRICS_FILE = "metrics.jsonl"
 
 
 class MetricsLog(Callback):
-    """Appends each event to ``<run_dir>/metrics.jsonl`` as ``{"event": kind, ...metrics}``.
+    """Writes each event to ``<run_dir>/metrics.jsonl`` as ``{"event": kind, ...metrics}``.
 
-    Lines are flushed at each evaluation and at the end, so a crash loses at most the steps of one epoch.
+    A fresh fit (``start_step == 0``) starts the log over; a resumed fit appends to it. Lines are flushed at
+    each evaluation and at the end, so a crash loses at most the steps of one epoch.
     """
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
@@ -28,7 +29,7 @@ class MetricsLog(Callback):
 
     def on_fit_start(self, info: Event) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = self.path.open("a" if info["start_step"] > 0 else "w", encoding="utf-8")
         self._write("fit_start", info, flush=True)
 
     def on_step(self, metrics: Event) -> None:

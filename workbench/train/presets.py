@@ -97,8 +97,12 @@ def build_experiment(name: str, **changes: Any) -> Experiment:
         else:
             data_options[key] = value
     if optimizer_changes:
-        base = config_changes.get("optimizer", preset.config.optimizer)
-        config_changes["optimizer"] = OptimizerConfig(**{**_fields_of(base), **optimizer_changes})
+        base = _fields_of(config_changes.get("optimizer", preset.config.optimizer))
+        if optimizer_changes.get("name", base["name"]) != base["name"]:
+            # another optimizer: the preset's optimizer-specific settings do not carry over
+            for key in ("momentum", "nesterov", "betas"):
+                base.pop(key)
+        config_changes["optimizer"] = OptimizerConfig(**{**base, **optimizer_changes})
     config = preset.config.replace(**config_changes)
     data = load_dataset(preset.dataset, **data_options)
     splits = split_dataset(data, SPLIT_FRACTIONS, seed=config.seed)

@@ -5,6 +5,7 @@ Training runs in a background thread so the notebook stays responsive: the butto
     dashboard = Dashboard(trainer)   # shows itself when it is the last expression of a cell
     dashboard.start()                # or press Start
     result = dashboard.wait()        # in a later cell: blocks, returns the FitResult, re-raises a failure
+    result = dashboard.fit()         # scripts: train on this thread (the buttons cannot act meanwhile)
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from workbench.train import FitResult, Trainer
 from workbench.train.events import Callback, Event
 from workbench.widgets.device_monitor import DeviceMonitor
 from workbench.widgets.loss_plot import LossPlot
+from workbench.widgets.throttle import Throttle
 
-_PUSH_INTERVAL_S = 0.25  # progress text and bar: at most 4 updates per second
+_PUSHES_PER_S = 4  # progress bar and status text, drawn by a timer thread, not the training thread
 
 
 class Dashboard(Callback):
@@ -66,7 +68,7 @@ class Dashboard(Callback):
         self._lock = threading.Lock()
         self._latest: Event | None = None
         self._last_eval: dict[str, Event] = {}
-        self._last_push = 0.0
+        self._throttle = Throttle(lambda: self._push("running"), max_per_s=_PUSHES_PER_S)
         self._started_at = 0.0
         self._start_step = 0
         self._total_steps = trainer.total_steps
@@ -139,6 +141,13 @@ class Dashboard(Callback):
         """Train in a background thread (the Start button); `resume` as in `Trainer.fit`."""
         if self.running:
             raise RuntimeError("training is already running; Stop it or wait() for it first")
+        self._begin()
+        self._thread = threading.Thread(
+            target=self._train, args=(resume,), name="workbench-train", daemon=True
+        )
+        self._thread.start()
+
+    def _begin(self) -> None:
         self._result, self._error = None, None
         self.error.value = ""
         self.control.reset()
@@ -146,10 +155,6 @@ class Dashboard(Callback):
         if self.sampler is not None and self.device_monitor is not None:
             self._unsubscribe = self.sampler.subscribe(self.device_monitor.update)
             self.sampler.start()
-        self._thread = threading.Thread(
-            target=self._train, args=(resume,), name="workbench-train", daemon=True
-        )
-        self._thread.start()
 
     def stop(self) -> None:
         """Finish the current step, save a checkpoint, end training (the Stop button)."""
@@ -188,9 +193,22 @@ class Dashboard(Callback):
         return self._result
 
     def fit(self, resume: bool = False) -> FitResult:
-        """`start` then `wait`: train with the dashboard attached, blocking (scripts, tests)."""
-        self.start(resume=resume)
-        return self.wait()
+        """Train on the calling thread with the dashboard attached; blocks, returns or raises.
+
+        The progress bar and plots update as usual, but in a notebook the buttons only act while training
+        runs in the background (`start`). On CPU, training on the calling thread is also faster: torch runs
+        slower in a second thread there (glibc gives it its own malloc arena, which returns large blocks to
+        the OS after each step, so the next step page-faults them back).
+        """
+        if self.running:
+            raise RuntimeError("training is already running; Stop it or wait() for it first")
+        self._begin()
+        self._thread = None
+        self._train(resume)
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
 
     def close(self) -> None:
         """Stop training and sampling and close the widgets."""
@@ -247,15 +265,13 @@ class Dashboard(Callback):
 
     def on_step(self, metrics: Event) -> None:
         self._latest = metrics
-        now = time.perf_counter()
-        if now - self._last_push >= _PUSH_INTERVAL_S:
-            self._last_push = now
-            self._push("running")
+        self._throttle.poke()
 
     def on_eval(self, metrics: Event) -> None:
         self._last_eval[metrics["split"]] = metrics
 
     def on_fit_end(self, summary: Event) -> None:
+        self._throttle.stop()
         self._push(summary["status"])
         if summary["error"]:
             self._show_error(f"training failed at step {summary['step']}: {summary['error']}")

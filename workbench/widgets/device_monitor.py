@@ -200,8 +200,9 @@ class DeviceMonitor:
             name=line.name,
             legendgroup=line.group,
             showlegend=line.group != "cores",
-            mode="lines",
+            mode="lines+markers",  # markers: a short run's few samples still show
             line={"color": line.color, "width": line.width},
+            marker={"color": line.color, "size": 3 if line.group == "cores" else 5},
             hovertemplate=f"{line.name}<br>%{{x:.1f}} s<br>%{{y:.1f}} %<extra></extra>",
             row=1,
             col=line.panel,

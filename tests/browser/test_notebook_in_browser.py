@@ -1,0 +1,155 @@
+"""Run notebooks in JupyterLab in headless Chromium (Playwright) and check what a user would see.
+
+JupyterLab serves a temporary copy of ``notebooks/`` (so autosave never touches the repository). The test
+presses Run ▸ Run All Cells, waits for the last cell, then checks the page: no error outputs, the plotly loss
+plot of the Dashboard holds as many points as the notebook says, and the progress bar reached 100%.
+Screenshots go to ``artifacts/browser/``.
+
+Needs Debian's chromium (``CHROMIUM``, default ``/usr/bin/chromium``). Under ``make test`` (which installs it)
+a missing browser fails the test; elsewhere it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts" / "browser"
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOKEN = "workbench-browser-test"
+
+
+def _chromium() -> str:
+    path = os.environ.get("WORKBENCH_CHROMIUM") or "/usr/bin/chromium"
+    if not os.access(path, os.X_OK):
+        if os.environ.get("WORKBENCH_CHROMIUM"):
+            pytest.fail(f"{path} is missing; `make test` installs it with apt-get install chromium")
+        pytest.skip(f"no browser at {path} (run under `make test`, or apt-get install chromium)")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server on a copy of notebooks/; yields its base URL."""
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copytree(REPO / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("runs", ".ipynb_*"))
+    port = _free_port()
+    command = [
+        sys.executable, "-m", "jupyterlab", "--no-browser",
+        f"--ServerApp.root_dir={root / 'notebooks'}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={TOKEN}", "--ServerApp.allow_root=True",
+        f"--LabApp.workspaces_dir={root / 'workspaces'}",  # never restore a user's open tabs
+    ]  # fmt: skip
+    env = {**os.environ, "JUPYTER_PREFER_ENV_PATH": "1"}
+    log = (root / "lab.log").open("w")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{(root / 'lab.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+        log.close()
+
+
+def _run_all_cells(page, url: str, notebook: str, timeout_s: float) -> None:
+    page.goto(f"{url}/lab/tree/{notebook}?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    # Run only once the kernel is connected; earlier, JupyterLab asks "Select Kernel" instead of running.
+    page.wait_for_selector("text=Python (workbench) | Idle", timeout=90_000)
+    assert page.locator(".jp-Dialog").count() == 0, "a dialog opened (kernel selection?)"
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    # Done when the code cells are numbered [1], [2], … [n] in order (a fresh kernel ran each once; stored
+    # numbers of checked outputs do not look like that) and the kernel is idle again.
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+            const busy = document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='busy']");
+            const numbered = prompts.every((p, i) => p.textContent.trim() === `[${i + 1}]:`);
+            return prompts.length > 0 && !busy && numbered;
+        }""",
+        timeout=timeout_s * 1000,
+    )
+
+
+def _errors_in_page(page) -> list[str]:
+    stderr = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+    texts = page.locator(stderr).all_inner_texts()
+    return [t for t in texts if re.search(r"Traceback|Error\b", t)]
+
+
+def test_optimizers_notebook_runs_in_the_browser_with_live_plots(lab):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1600})
+            _run_all_cells(page, lab, "02_optimizers.ipynb", timeout_s=600)
+            time.sleep(1.0)  # the last throttled widget messages
+            page.screenshot(path=str(ARTIFACTS / "02_optimizers.png"), full_page=True)
+            assert _errors_in_page(page) == []
+
+            # The notebook prints what its Dashboard's plot holds: "points in the loss plot: {...}".
+            outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+            line = next(t for t in outputs if "points in the loss plot:" in t)
+            expected = ast.literal_eval(line.split("points in the loss plot:", 1)[1].strip().splitlines()[0])
+            dashboard = page.locator(".workbench-dashboard")
+            assert dashboard.count() == 1, "the Dashboard widget is not in the page"
+            dashboard.scroll_into_view_if_needed()
+            dashboard.screenshot(path=str(ARTIFACTS / "02_optimizers_dashboard.png"))
+            in_page = dashboard.locator(".js-plotly-plot").first.evaluate(
+                "plot => Object.fromEntries(plot.data.map(trace => [trace.name, trace.x.length]))"
+            )
+            assert in_page == expected, f"loss plot in the page {in_page} != the kernel's {expected}"
+            assert expected and all(n > 0 for n in expected.values())
+
+            bar = dashboard.locator(".progress-bar").first.evaluate("bar => bar.style.width")
+            assert bar == "100%", f"progress bar at {bar}"
+            plots = page.locator(".js-plotly-plot")
+            empty = plots.evaluate_all(
+                "ps => ps.filter(p => !p.data || p.data.every(t => !t.x || !t.x.length)).length"
+            )
+            assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+        finally:
+            browser.close()
