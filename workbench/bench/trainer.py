@@ -32,7 +32,7 @@ from workbench._validate import check_int
 from workbench.data import ShardedLoader, Splits, load_dataset, split_dataset
 from workbench.tables import text_table
 from workbench.train import OptimizerConfig, TrainConfig, Trainer, models
-from workbench.train.events import Callback, Event
+from workbench.train.events import Broadcast, Callback, Event
 
 
 @dataclass(frozen=True)
@@ -167,30 +167,17 @@ def _hand_written(model: torch.nn.Module, splits: Splits, config: TrainConfig) -
                 functional.cross_entropy(model(x), y)
 
 
-class _TimedCallbacks(Callback):
-    """Runs the dashboard's callbacks and records how long each on_step took on the training thread."""
+class _TimedCallbacks(Broadcast):
+    """Forwards events like `Broadcast`, recording how long each on_step took on the training thread."""
 
     def __init__(self, callbacks: list[Callback]) -> None:
-        self.callbacks = callbacks
+        super().__init__(callbacks)
         self.step_costs: list[float] = []
-
-    def on_fit_start(self, info: Event) -> None:
-        for callback in self.callbacks:
-            callback.on_fit_start(info)
 
     def on_step(self, metrics: Event) -> None:
         started = time.perf_counter()
-        for callback in self.callbacks:
-            callback.on_step(metrics)
+        super().on_step(metrics)
         self.step_costs.append(time.perf_counter() - started)
-
-    def on_eval(self, metrics: Event) -> None:
-        for callback in self.callbacks:
-            callback.on_eval(metrics)
-
-    def on_fit_end(self, summary: Event) -> None:
-        for callback in self.callbacks:
-            callback.on_fit_end(summary)
 
 
 def _with_dashboard(

@@ -65,7 +65,6 @@ class Dashboard(Callback):
         self._thread: threading.Thread | None = None
         self._result: FitResult | None = None
         self._error: BaseException | None = None
-        self._lock = threading.Lock()
         self._latest: Event | None = None
         self._last_eval: dict[str, Event] = {}
         self._throttle = Throttle(lambda: self._push("running"), max_per_s=_PUSHES_PER_S)

@@ -1,0 +1,29 @@
+"""The trainer benchmark runs end to end on tiny sizes (its numbers are checked by reading them, not here)."""
+
+import pytest
+
+from workbench.bench.trainer import benchmark_trainer
+from workbench.cli import main
+
+
+def test_small_benchmark_measures_every_row():
+    result = benchmark_trainer(repeats=1, epochs=1, n_samples=256, history=500)
+    assert result.steps == 2  # 230 training samples, batch 128
+    assert min(result.hand_written_s, result.trainer_s, result.dashboard_s, result.background_s) > 0
+    assert result.dashboard_us_per_step_mean > 0 and result.history_points == 500
+    assert 0 <= result.sampler_core_fraction < 1
+    table = result.table()
+    assert all(row in table for row in ("hand-written loop", "Trainer + Dashboard", "device sampler"))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("repeats", 0), ("epochs", 0), ("n_samples", 8), ("history", -1)]
+)
+def test_bad_sizes_name_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        benchmark_trainer(**{field: value})
+
+
+def test_cli_reports_bad_values(capsys):
+    assert main(["bench", "trainer", "--repeats", "0"]) == 2
+    assert "repeats must be an integer ≥ 1" in capsys.readouterr().err
