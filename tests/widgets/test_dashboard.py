@@ -169,3 +169,41 @@ def test_the_dashboard_renders_as_one_widget(splits):
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert "workbench-dashboard" in dashboard.widget._dom_classes
     dashboard.close()
+
+
+def test_interrupting_wait_stops_training_at_a_step_boundary(splits, monkeypatch):
+    gate = Gate(at=4)
+    dashboard = Dashboard(_trainer(splits, callbacks=[gate]), monitor=False)
+    dashboard.start()
+    assert gate.reached.wait(10)
+    thread = dashboard._thread
+    real_join = thread.join
+    calls = []
+
+    def join_interrupted_once(timeout=None):
+        if not calls:
+            calls.append(1)
+            gate.release.set()
+            raise KeyboardInterrupt  # what the kernel's interrupt raises in the waiting cell
+        return real_join(timeout)
+
+    monkeypatch.setattr(thread, "join", join_interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        dashboard.wait()
+    assert not dashboard.running
+    assert dashboard.trainer.step < 46 and "stopped" in dashboard.status.value
+
+
+def test_fit_trains_on_the_calling_thread_and_raises_failures(splits):
+    class Boom(Callback):
+        def on_step(self, metrics):
+            assert threading.current_thread() is threading.main_thread()
+            if metrics["step"] == 2:
+                raise ValueError("bad batch")
+
+    dashboard = Dashboard(_trainer(splits, callbacks=[Boom()]), monitor=False)
+    with pytest.raises(ValueError, match="bad batch"):
+        dashboard.fit()
+    assert "training failed at step 2" in dashboard.error.value
+    with pytest.raises(RuntimeError, match="nothing to wait for"):
+        dashboard.wait()
