@@ -6,6 +6,7 @@ workbench kernel install          install the `workbench` Jupyter kernelspec for
 workbench train digits-mlp        train a preset with a progress bar and print the final metrics
 workbench train --list            the presets (digits-mlp, regression-linear, images-cnn)
 workbench bench trainer           the Trainer and Dashboard against a hand-written loop (ratios)
+workbench bench hardware          memory bandwidth and matmul FLOP/s of this CPU and GPU (--full: larger)
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     trainer.add_argument("--epochs", type=int, default=6)
     trainer.add_argument("--history", type=int, default=1_000_000, help="loss-plot points before timing")
     trainer.set_defaults(command="bench trainer", run=_bench_trainer)
+    hardware = bench_commands.add_parser("hardware", help="memory bandwidth and matmul FLOP/s, CPU and GPU")
+    hardware.add_argument("--repeats", type=int, default=5, help="timed runs of each measurement (median)")
+    hardware.add_argument("--full", action="store_true", help="larger sizes: slower, closer to peak")
+    hardware.set_defaults(command="bench hardware", run=_bench_hardware)
     return parser
 
 
@@ -178,4 +183,22 @@ def _bench_trainer(args: argparse.Namespace) -> int:
         return 2
     print(f"{result.steps} optimizer steps per run, median of {args.repeats} runs each")
     print(result.table())
+    return 0
+
+
+def _bench_hardware(args: argparse.Namespace) -> int:
+    from workbench.devices.microbench import benchmark_hardware
+
+    try:
+        result = benchmark_hardware(repeats=args.repeats, quick=not args.full)
+    except ValueError as error:
+        print(f"workbench bench hardware: error: {error}", file=sys.stderr)
+        return 2
+    print(result.table())
+    mode = "quick" if result.quick else "full"
+    print(f"{mode} run, median of {args.repeats}, {result.seconds:.1f} s")
+    if result.gpu is None:
+        print("no CUDA device here: the GPU measurements were skipped (see the reasons above)")
+    else:
+        print(f"GPU: {result.gpu}")
     return 0

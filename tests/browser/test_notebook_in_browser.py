@@ -12,6 +12,7 @@ a missing browser fails the test; elsewhere it is skipped with the reason.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -37,6 +38,9 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 TOKEN = "workbench-browser-test"
+# Plotly plots in the page whose traces hold no x values (numpy arrays arrive base64-encoded: {bdata, dtype}).
+EMPTY_PLOTS_JS = """plots => plots.filter(plot => !plot.data || plot.data.every(
+    trace => !trace.x || !(trace.x.length || (trace.x.bdata && trace.x.bdata.length)))).length"""
 
 
 def _chromium() -> str:
@@ -59,12 +63,17 @@ def lab(tmp_path_factory):
     """A JupyterLab server on a copy of notebooks/; yields its base URL."""
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(REPO / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("runs", ".ipynb_*"))
+    # Render every cell (JupyterLab 4 virtualises long notebooks), in a settings folder of our own.
+    settings = root / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     port = _free_port()
     command = [
         sys.executable, "-m", "jupyterlab", "--no-browser",
         f"--ServerApp.root_dir={root / 'notebooks'}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
         f"--IdentityProvider.token={TOKEN}", "--ServerApp.allow_root=True",
         f"--LabApp.workspaces_dir={root / 'workspaces'}",  # never restore a user's open tabs
+        f"--LabApp.user_settings_dir={root / 'settings'}",
     ]  # fmt: skip
     env = {**os.environ, "JUPYTER_PREFER_ENV_PATH": "1"}
     log = (root / "lab.log").open("w")
@@ -91,7 +100,7 @@ def lab(tmp_path_factory):
 
 
 def _run_all_cells(page, url: str, notebook: str, timeout_s: float) -> None:
-    page.goto(f"{url}/lab/tree/{notebook}?token={TOKEN}")
+    page.goto(f"{url}/lab/tree/{notebook}?reset&token={TOKEN}")  # reset: only this notebook open
     page.wait_for_selector(".jp-Notebook", timeout=60_000)
     # Run only once the kernel is connected; earlier, JupyterLab asks "Select Kernel" instead of running.
     page.wait_for_selector("text=Python (workbench) | Idle", timeout=90_000)
@@ -100,13 +109,25 @@ def _run_all_cells(page, url: str, notebook: str, timeout_s: float) -> None:
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
     # Done when the code cells are numbered [1], [2], … [n] in order (a fresh kernel ran each once; stored
     # numbers of checked outputs do not look like that) and the kernel is idle again.
+    cells = json.loads((REPO / "notebooks" / notebook).read_text())["cells"]
+    try:
+        _wait_until_all_ran(page, sum(c["cell_type"] == "code" for c in cells), timeout_s)
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{notebook}-unfinished.png"), full_page=True)
+        prompts = page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
+        raise AssertionError(f"{notebook} did not finish running; prompts: {prompts}") from None
+
+
+def _wait_until_all_ran(page, code_cells: int, timeout_s: float) -> None:
     page.wait_for_function(
-        """() => {
+        """(codeCells) => {
             const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
             const busy = document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='busy']");
             const numbered = prompts.every((p, i) => p.textContent.trim() === `[${i + 1}]:`);
-            return prompts.length > 0 && !busy && numbered;
+            return prompts.length === codeCells && !busy && numbered;
         }""",
+        arg=code_cells,
         timeout=timeout_s * 1000,
     )
 
@@ -147,9 +168,30 @@ def test_optimizers_notebook_runs_in_the_browser_with_live_plots(lab):
             bar = dashboard.locator(".progress-bar").first.evaluate("bar => bar.style.width")
             assert bar == "100%", f"progress bar at {bar}"
             plots = page.locator(".js-plotly-plot")
-            empty = plots.evaluate_all(
-                "ps => ps.filter(p => !p.data || p.data.every(t => !t.x || !t.x.length)).length"
-            )
+            empty = plots.evaluate_all(EMPTY_PLOTS_JS)
             assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+        finally:
+            browser.close()
+
+
+def test_hardware_notebook_runs_in_the_browser_with_filled_widgets(lab):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1600})
+            _run_all_cells(page, lab, "06_hardware_and_estimates.ipynb", timeout_s=300)
+            time.sleep(1.0)
+            page.screenshot(path=str(ARTIFACTS / "06_hardware_and_estimates.png"), full_page=True)
+            assert _errors_in_page(page) == []
+            plots = page.locator(".js-plotly-plot")
+            empty = plots.evaluate_all(EMPTY_PLOTS_JS)
+            # inspector chart, memory levels, roofline, estimator chart
+            assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+            tables = page.locator(".jp-OutputArea-output table").all_inner_texts()
+            assert any("CPU matmul fp32" in t for t in tables), "the inspector shows no measurements"
+            assert any("total per device" in t for t in tables), "the estimator shows no answer"
         finally:
             browser.close()

@@ -1,7 +1,8 @@
 """Live views of training: ipywidgets + plotly in a notebook, a tqdm bar in a terminal.
 
 `Dashboard` puts a progress bar, `LossPlot`, `DeviceMonitor` and controls together; `ConsoleProgress` is the
-text fallback. Names are imported on first use, so ``workbench.widgets.console`` needs no plotly.
+text fallback. `HardwareInspector` and `Estimator` help choose hardware and a strategy. Names are imported
+on first use, so ``workbench.widgets.console`` needs no plotly.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ _HOMES = {
     "Dashboard": "workbench.widgets.dashboard",
     "DeviceMonitor": "workbench.widgets.device_monitor",
     "DownsampledSeries": "workbench.widgets.series",
+    "Estimator": "workbench.widgets.estimator",
+    "HardwareInspector": "workbench.widgets.hardware",
     "LossPlot": "workbench.widgets.loss_plot",
 }
 

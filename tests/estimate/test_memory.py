@@ -1,0 +1,227 @@
+"""Memory estimates against the measured proxy (one device, and DDP on 2 gloo ranks), rules, bad input."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from torch.nn import functional
+
+from workbench.estimate import (
+    BucketLog,
+    Cluster,
+    ModelProfile,
+    counting_allreduce_hook,
+    estimate_memory,
+    measure_training_step,
+    optimizer_state_tensors,
+    profile_model,
+)
+from workbench.tables import text_table
+from workbench.train import models
+
+TOLERANCE = 0.10
+# name -> (model factory, input shape of one batch, target factory, loss)
+CASES = {
+    "mlp": (
+        lambda: models.mlp(64, 10, hidden=(128, 128)),
+        (64, 1, 8, 8),
+        "classes",
+        functional.cross_entropy,
+    ),
+    "small_cnn": (lambda: models.small_cnn(3, 10), (32, 3, 32, 32), "classes", functional.cross_entropy),
+    "linear": (lambda: models.linear(10), (64, 10), "values", functional.mse_loss),
+}
+OPTIMIZERS = {"sgd": 0.9, "adam": 0.0}  # name -> momentum
+
+
+def _batch(case: str) -> tuple[torch.Tensor, torch.Tensor]:
+    _, shape, target, _ = CASES[case]
+    inputs = torch.randn(*shape)
+    if target == "classes":
+        return inputs, torch.randint(0, 10, (shape[0],))
+    return inputs, torch.randn(shape[0], 1)
+
+
+def _optimizer(name: str, model: torch.nn.Module) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=0.01, momentum=OPTIMIZERS["sgd"])
+    return torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def _estimate_and_measure(case: str, optimizer: str, precision: str, **ddp: object):
+    torch.manual_seed(0)
+    build, _, _, loss = CASES[case]
+    model = build()
+    inputs, targets = _batch(case)
+    estimate = estimate_memory(
+        model,
+        sample=inputs[:1],
+        batch_size=inputs.shape[0],
+        precision=precision,
+        optimizer=optimizer,
+        momentum=OPTIMIZERS[optimizer],
+        **ddp,
+    )
+    return estimate, model, inputs, targets, loss
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_single_device_estimate_is_within_10_percent_of_measured(case, optimizer, precision):
+    estimate, model, inputs, targets, loss = _estimate_and_measure(case, optimizer, precision)
+    measured = measure_training_step(
+        model,
+        _optimizer(optimizer, model),
+        loss,
+        inputs,
+        targets,
+        autocast_dtype=torch.bfloat16 if precision == "bf16" else None,
+    )
+    assert estimate.grads == measured.grads
+    assert abs(estimate.total / measured.total - 1) < TOLERANCE, (estimate, measured)
+    if precision == "fp32":  # mixed precision moves the 16-bit weight copies between params and activations
+        assert estimate.params == measured.params
+        assert abs(estimate.activations / measured.activations - 1) < TOLERANCE
+
+
+DDP_CASES = [
+    ("mlp", "sgd", False),
+    ("mlp", "adam", False),
+    ("small_cnn", "adam", False),
+    ("mlp", "adam", True),
+]
+
+
+def _ddp_worker(rank: int, world_size: int, port: int, results) -> None:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        for case, optimizer, bucket_view in DDP_CASES:
+            estimate, model, inputs, targets, loss = _estimate_and_measure(
+                case,
+                optimizer,
+                "fp32",
+                strategy="ddp",
+                devices=world_size,
+                gradient_as_bucket_view=bucket_view,
+            )
+            ddp_model = DistributedDataParallel(model, gradient_as_bucket_view=bucket_view)
+            log = BucketLog()
+            ddp_model.register_comm_hook(log, counting_allreduce_hook)
+            measured = measure_training_step(
+                ddp_model, _optimizer(optimizer, ddp_model), loss, inputs, targets, buckets=log
+            )
+            results.put((rank, case, optimizer, bucket_view, estimate, measured))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ddp_estimate_per_rank_is_within_10_percent_of_measured():
+    world_size = 2
+    results = mp.get_context("spawn").SimpleQueue()
+    mp.start_processes(
+        _ddp_worker, args=(world_size, _free_port(), results), nprocs=world_size, start_method="spawn"
+    )
+    rows = [results.get() for _ in range(world_size * len(DDP_CASES))]
+    assert {row[0] for row in rows} == {0, 1}
+    for _rank, _case, _optimizer, bucket_view, estimate, measured in rows:
+        assert measured.buckets == (0 if bucket_view else measured.grads)  # DDP keeps G bytes of buckets
+        assert estimate.comm_buffers == measured.buckets
+        assert abs(estimate.total / measured.total - 1) < TOLERANCE, (estimate, measured)
+
+
+def test_profile_counts_what_autograd_keeps():
+    profile = profile_model(models.small_cnn(3, 10), torch.zeros(2, 3, 32, 32))
+    # input 3·32·32, ReLU outputs 16·32·32 and 32·16·16, pooled 16·16·16, flattened 32
+    assert profile.activation_elements == 3 * 1024 + 16 * 1024 + 16 * 256 + 32 * 256 + 32
+    assert profile.activation_fixed_bytes == 8 * (16 * 256 + 32 * 64)  # max-pool int64 indices
+    assert profile.output_elements == 10
+    assert profile.largest_layer_param_count == 32 * 16 * 9 + 32
+
+
+def test_strategy_rules():
+    profile = ModelProfile(
+        param_count=1000, activation_fixed_bytes=100, linear_param_count=600, largest_layer_param_count=200
+    )
+    kwargs = {"batch_size": 8, "optimizer": "adam", "devices": 4}
+    ddp = estimate_memory(profile, strategy="ddp", **kwargs)
+    assert (ddp.params, ddp.grads, ddp.optimizer_state, ddp.activations, ddp.comm_buffers) == (
+        4000,
+        4000,
+        8000,
+        800,
+        4000,
+    )
+    fsdp = estimate_memory(profile, strategy="fsdp", **kwargs)
+    assert (fsdp.params, fsdp.optimizer_state, fsdp.activations, fsdp.comm_buffers) == (1000, 2000, 800, 1600)
+    pipeline = estimate_memory(profile, strategy="pipeline", micro_batches=8, **kwargs)
+    assert (pipeline.params, pipeline.activations) == (1000, 800 / 4 * 4 / 8)
+    tensor = estimate_memory(profile, strategy="tensor", **kwargs)
+    assert tensor.params == (400 + 600 / 4) * 4
+    mixed = estimate_memory(profile, precision="bf16", **{**kwargs, "devices": 1})
+    assert (mixed.params, mixed.grads) == (6000, 4000)
+    assert estimate_memory(1000, activation_bytes_per_sample=100, batch_size=8).activations == 800
+    assert optimizer_state_tensors("sgd") == 0
+
+
+def test_fits_and_rows():
+    estimate = estimate_memory(1000, activation_bytes_per_sample=0, batch_size=1, optimizer="sgd")
+    assert estimate.fits(8000) and not estimate.fits(7999)
+    assert estimate.rows()[-1][:2] == ("total", 8000)
+    assert "optimizer_state" in text_table(["component", "bytes", "MiB"], estimate.rows())
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be an integer ≥ 1"),
+        ({"batch_size": -4}, "batch_size must be an integer ≥ 1"),
+        ({"precision": "fp8"}, "precision='fp8' is not supported; allowed values: 'fp32', 'bf16', 'fp16'"),
+        ({"optimizer": "lion"}, "optimizer='lion' is not supported; allowed values: 'sgd', 'adam', 'adamw'"),
+        ({"strategy": "zero"}, "strategy='zero' is not supported; allowed values: 'single', 'ddp', 'fsdp'"),
+        ({"momentum": -0.5}, "momentum must be a number ≥ 0"),
+        ({"strategy": "ddp", "devices": 0}, "devices must be an integer ≥ 1"),
+        (
+            {"strategy": "ddp", "devices": 9, "cluster": Cluster(8)},
+            "devices=9 exceeds the cluster's 8 devices",
+        ),
+        ({"devices": 2}, "devices=2 with strategy='single'"),
+        ({"strategy": "pipeline", "devices": 2, "micro_batches": 0}, "micro_batches must be an integer ≥ 1"),
+        ({"model": 0}, "model (parameter count) must be an integer ≥ 1"),
+        ({"activation_bytes_per_sample": None}, "activation_bytes_per_sample is required"),
+        ({"activation_bytes_per_sample": -1}, "activation_bytes_per_sample must be a number ≥ 0"),
+        ({"model": models.linear(3)}, "sample is required"),
+        (
+            {"model": models.linear(3), "sample": torch.zeros(0, 3)},
+            "sample batch size must be an integer ≥ 1",
+        ),
+    ],
+)
+def test_bad_input_names_the_field(changes, message):
+    kwargs = {"model": 1000, "activation_bytes_per_sample": 10, "batch_size": 4, **changes}
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        estimate_memory(kwargs.pop("model"), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"devices": 0}, "cluster.devices must be"),
+        ({"devices": 1, "memory_bytes": 0}, "cluster.memory_bytes"),
+    ],
+)
+def test_bad_cluster(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Cluster(**kwargs)

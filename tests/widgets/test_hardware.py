@@ -1,0 +1,124 @@
+"""HardwareInspector and Estimator through their widget objects (no browser)."""
+
+import pytest
+import torch
+
+from workbench.devices import DeviceReport, GpuInfo, NvmlReport, device_report
+from workbench.devices.microbench import HardwareBenchmark, Measurement, benchmark_hardware
+from workbench.estimate.hardware import hardware_from_benchmark
+from workbench.train import models
+from workbench.widgets.estimator import STRATEGIES, Estimator
+from workbench.widgets.hardware import HardwareInspector
+
+
+@pytest.fixture(scope="module")
+def cpu_benchmark():
+    return benchmark_hardware(repeats=1, device="cpu")
+
+
+def _report_with(gpus):
+    report = device_report()
+    nvml = NvmlReport(gpus=tuple(gpus), driver_version="550.54", cuda_driver_version="12.4", error=None)
+    return DeviceReport(report.python, report.platform, report.packages, report.cpu, nvml, report.cuda)
+
+
+H100 = GpuInfo(0, "NVIDIA H100 80GB HBM3", None, 80 << 30, (9, 0), 5, 16, 5, 16, 18)
+
+
+def test_cpu_only_inspector_shows_measurements_and_says_why_gpus_are_missing(cpu_benchmark):
+    inspector = HardwareInspector(benchmark=cpu_benchmark)
+    rows = inspector.comparison_rows()
+    assert [r[1] for r in rows[:2]] == ["CPU memory copy", "CPU matmul fp32"]
+    assert any("not measured" in r[2] for r in rows)  # the GPU rows, with their reason
+    assert "CPU memory copy" in inspector.comparison.value
+    assert [trace.name for trace in inspector.figure.data] == ["measured"]
+    assert all(y > 0 for y in inspector.figure.data[0].y)
+    if not inspector.report.gpus:
+        assert "no GPUs to connect" in inspector.interconnect.value
+
+
+def test_gpu_measurements_sit_beside_the_datasheet():
+    measured = HardwareBenchmark(
+        measurements=(
+            Measurement("device→device copy", 2900.0, "GB/s", ""),
+            Measurement("GPU matmul bf16", 700.0, "TFLOP/s", ""),
+        ),
+        skipped=(),
+        gpu="NVIDIA H100 80GB HBM3",
+        quick=True,
+        seconds=1.0,
+    )
+    inspector = HardwareInspector(report=_report_with([H100]), benchmark=measured)
+    rows = {r[1]: r for r in inspector.comparison_rows()}
+    assert rows["device→device copy"][3] == "3350 GB/s" and rows["device→device copy"][4] == "87%"
+    assert rows["GPU matmul bf16"][3] == "989.4 TFLOP/s" and rows["GPU matmul bf16"][4] == "71%"
+    assert (
+        "gen 5 ×16" in inspector.interconnect.value and "NVLink 4: 900 GB/s" in inspector.interconnect.value
+    )
+    assert [t.name for t in inspector.figure.data] == ["measured", "datasheet"]
+    assert inspector.datasheets()[0].name == "H100 SXM"
+
+
+def test_measure_button_runs_the_benchmark(monkeypatch, cpu_benchmark):
+    import workbench.widgets.hardware as hardware
+
+    monkeypatch.setattr(hardware, "benchmark_hardware", lambda repeats: cpu_benchmark)
+    inspector = HardwareInspector(report=_report_with([]))
+    assert inspector.comparison_rows() == [] and "Measure" in inspector.comparison.value
+    inspector.measure_button.click()
+    assert inspector.benchmark is cpu_benchmark and inspector.comparison_rows()
+    assert not inspector.measure_button.disabled
+
+
+def _estimator(**kwargs):
+    torch.manual_seed(0)
+    return Estimator(
+        models.mlp(64, 10, hidden=(128, 128)), torch.zeros(1, 64), samples_per_epoch=1437, **kwargs
+    )
+
+
+def test_estimator_answers_for_the_slider_values():
+    estimator = _estimator(hardware_name="L4")
+    single = estimator.estimate()
+    assert single.fits and single.comm.sent_bytes == 0 and single.steps_per_epoch == 23
+    assert "fits" in estimator.answer.value and "single on 1 × L4" in estimator.answer.value
+    estimator.strategy.value = "ddp"
+    estimator.devices.value = 4
+    ddp = estimator.estimate()
+    assert ddp.steps_per_epoch == 6 and ddp.comm.sent_bytes == pytest.approx(1.5 * single.memory.grads)
+    assert ddp.memory.total > single.memory.total  # DDP's gradient buckets
+    estimator.strategy.value = "fsdp"
+    assert estimator.estimate().memory.params < single.memory.params
+
+
+def test_estimator_chart_has_a_bar_per_strategy_and_the_memory_line():
+    estimator = _estimator(hardware_name="H100 SXM")
+    names = list(estimator.figure.data[0].x)
+    assert len(names) == len(STRATEGIES) and names[0] == "single ×1"
+    assert estimator.figure.layout.shapes[0].y0 == pytest.approx(80.0)
+
+
+def test_a_combination_that_cannot_be_shows_why():
+    estimator = _estimator()
+    estimator.devices.value = 3  # single strategy on 3 devices
+    assert "Not possible" in estimator.answer.value and "devices" in estimator.answer.value
+
+
+def test_measured_cpu_hardware_plugs_in(cpu_benchmark):
+    cpu = hardware_from_benchmark(
+        "this CPU",
+        memory_bytes=8 << 30,
+        copy_gbs=cpu_benchmark.get("CPU memory copy").value,
+        matmul_gflops=cpu_benchmark.get("CPU matmul fp32").value,
+    )
+    estimator = _estimator(hardware={"this CPU": cpu})
+    assert estimator.estimate().time.step_s > 0
+
+
+def test_bad_estimator_arguments():
+    with pytest.raises(ValueError, match="hardware_name='TPU'"):
+        _estimator(hardware_name="TPU")
+    with pytest.raises(ValueError, match="samples_per_epoch"):
+        Estimator(models.linear(10), torch.zeros(1, 10), samples_per_epoch=0)
+    with pytest.raises(ValueError, match="hardware must name at least one device"):
+        _estimator(hardware={})

@@ -1,0 +1,295 @@
+"""Per-device training memory from a model (or counts), batch, precision, optimizer and strategy.
+
+`profile_model` runs one forward on a sample and records what autograd keeps for backward, layer type by
+layer type; `estimate_memory` turns that profile into bytes per device. `workbench.estimate.measure`
+measures the same quantities on a real training step; tests compare the two (single device and DDP).
+
+Example:
+    >>> from workbench.train import models
+    >>> model = models.mlp(64, 10, hidden=(128, 128))
+    >>> memory = estimate_memory(model, sample=torch.zeros(1, 64), batch_size=64, optimizer="adam")
+    >>> memory.params == 26_122 * 4, memory.optimizer_state == 2 * 26_122 * 4
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from workbench._validate import check_choice, check_int, check_nonnegative
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+STRATEGIES = ("single", "ddp", "fsdp", "pipeline", "tensor")
+
+FP32 = 4
+HALF = 2
+# Leaf modules whose backward needs their output (ReLU keeps its result), not their input.
+_KEEP_OUTPUT = (nn.ReLU, nn.Sigmoid, nn.Tanh, nn.ELU)
+# Leaf modules that keep nothing sized like the activations (views, or backward needs only shapes).
+_KEEP_NOTHING = (nn.Flatten, nn.Unflatten, nn.Identity)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The devices available: how many, and optionally the memory of each (bytes).
+
+    Example:
+        >>> Cluster(devices=8, memory_bytes=80 * 2**30).devices
+        8
+    """
+
+    devices: int
+    memory_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        check_int("cluster.devices", self.devices, minimum=1)
+        if self.memory_bytes is not None:
+            check_int("cluster.memory_bytes", self.memory_bytes, minimum=1)
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What a model costs per sample, independent of precision and strategy.
+
+    Args:
+        param_count: trainable parameters.
+        activation_elements: floating-point elements autograd keeps for backward, per sample (stored at
+            the activation precision: 4 bytes in fp32, 2 in bf16/fp16).
+        activation_fixed_bytes: bytes kept per sample whatever the precision (max-pool int64 indices,
+            dropout masks, integer inputs), or the whole activation figure when given as a plain number.
+        output_elements: model output elements per sample; the loss keeps two tensors of this size in
+            fp32 (log-softmax or the prediction, and the target).
+        linear_param_count: parameters in nn.Linear layers (what tensor parallelism splits).
+        largest_layer_param_count: parameters of the largest layer (what FSDP gathers at once).
+    """
+
+    param_count: int
+    activation_elements: float = 0.0
+    activation_fixed_bytes: float = 0.0
+    output_elements: float = 0.0
+    linear_param_count: int = 0
+    largest_layer_param_count: int = 0
+
+    def activation_bytes_per_sample(self, precision: str = "fp32") -> float:
+        """Bytes autograd keeps per sample at `precision` (the loss runs in fp32 under autocast)."""
+        check_choice("precision", precision, PRECISIONS)
+        element = FP32 if precision == "fp32" else HALF
+        return (
+            self.activation_elements * element + self.activation_fixed_bytes + 2 * self.output_elements * FP32
+        )
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per device; `total` is their sum.
+
+    `comm_buffers` holds what a strategy allocates for communication: DDP's gradient buckets, or FSDP's
+    all-gathered largest layer (parameters and their unsharded gradients).
+    """
+
+    params: int
+    grads: int
+    optimizer_state: int
+    activations: int
+    comm_buffers: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer_state + self.activations + self.comm_buffers
+
+    def fits(self, memory_bytes: int) -> bool:
+        """Whether `total` fits in a device of `memory_bytes`."""
+        return self.total <= memory_bytes
+
+    def rows(self) -> list[tuple[str, int, str]]:
+        """(component, bytes, MiB) rows for `workbench.tables.text_table`, the total last."""
+        names = ("params", "grads", "optimizer_state", "activations", "comm_buffers", "total")
+        return [(name, getattr(self, name), f"{getattr(self, name) / 2**20:.2f}") for name in names]
+
+
+def profile_model(model: nn.Module, sample: torch.Tensor) -> ModelProfile:
+    """Count parameters and run one forward on `sample` (batch first; one sample is enough) to see what
+    each leaf layer keeps for backward.
+
+    Rules, per leaf module: Linear/Conv keep their input; ReLU/Sigmoid/Tanh/ELU keep their output;
+    MaxPool keeps its input and int64 indices (output-sized); AdaptiveAvgPool to 1×1 (a mean), Flatten,
+    Unflatten and Identity keep nothing; Dropout keeps a 1-byte mask; any other leaf keeps its input.
+    Tensors sharing a storage count once (a ReLU's output is the next Linear's input). Functional calls
+    inside a module's own ``forward`` are not seen. The forward runs under ``torch.no_grad()``.
+
+    Example:
+        >>> profile_model(nn.Linear(10, 1), torch.zeros(4, 10)).activation_elements
+        10.0
+    """
+    check_int("sample batch size", sample.shape[0] if sample.dim() else 0, minimum=1)
+    kept: dict[int, tuple[torch.Tensor, bool]] = {}  # storage address -> (tensor, precision-dependent)
+    fixed = [0]
+    outputs: list[torch.Tensor] = []
+
+    def keep(tensor: torch.Tensor) -> None:
+        if isinstance(tensor, torch.Tensor):
+            kept.setdefault(tensor.untyped_storage().data_ptr(), (tensor, tensor.is_floating_point()))
+
+    def hook(module: nn.Module, inputs: tuple, output: object) -> None:
+        outputs.append(output)  # held so that no address is reused during the trace
+        if isinstance(output, tuple | list):  # e.g. MaxPool(return_indices=True): (values, indices)
+            output = output[0]
+        if not isinstance(output, torch.Tensor):
+            return
+        if isinstance(module, _KEEP_NOTHING) or _is_mean(module):
+            return
+        if isinstance(module, _KEEP_OUTPUT):
+            keep(output)
+            return
+        if inputs:
+            keep(inputs[0])
+        if isinstance(module, nn.modules.pooling._MaxPoolNd):
+            fixed[0] += output.numel() * 8  # int64 indices
+        elif isinstance(module, nn.modules.dropout._DropoutNd):
+            fixed[0] += output.numel()  # bool mask
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    try:
+        with torch.no_grad():
+            output = model(sample)
+    finally:
+        for handle in handles:
+            handle.remove()
+    batch = sample.shape[0]
+    floating = sum(t.numel() for t, is_float in kept.values() if is_float)
+    fixed[0] += sum(t.numel() * t.element_size() for t, is_float in kept.values() if not is_float)
+    return ModelProfile(
+        param_count=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        activation_elements=floating / batch,
+        activation_fixed_bytes=fixed[0] / batch,
+        output_elements=output.numel() / batch,
+        linear_param_count=sum(
+            p.numel() for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters()
+        ),
+        largest_layer_param_count=max((sum(p.numel() for p in m.parameters()) for m in leaves), default=0),
+    )
+
+
+def _is_mean(module: nn.Module) -> bool:
+    size = getattr(module, "output_size", None)
+    return isinstance(module, nn.modules.pooling._AdaptiveAvgPoolNd) and size in (1, (1, 1), (1, 1, 1))
+
+
+def optimizer_state_tensors(optimizer: str, momentum: float = 0.0) -> int:
+    """State tensors per parameter: SGD 0 (1 with momentum), Adam/AdamW 2 (first and second moments).
+
+    Example:
+        >>> optimizer_state_tensors("sgd", momentum=0.9), optimizer_state_tensors("adamw")
+        (1, 2)
+    """
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    check_nonnegative("momentum", momentum)
+    if optimizer == "sgd":
+        return 1 if momentum else 0
+    return 2
+
+
+def estimate_memory(
+    model: nn.Module | ModelProfile | int,
+    *,
+    batch_size: int,
+    sample: torch.Tensor | None = None,
+    activation_bytes_per_sample: float | None = None,
+    precision: str = "fp32",
+    optimizer: str = "adam",
+    momentum: float = 0.0,
+    strategy: str = "single",
+    devices: int = 1,
+    cluster: Cluster | None = None,
+    micro_batches: int | None = None,
+    gradient_as_bucket_view: bool = False,
+) -> MemoryEstimate:
+    """Training memory per device.
+
+    Args:
+        model: an nn.Module (profiled on `sample`), a `ModelProfile`, or a parameter count (then give
+            `activation_bytes_per_sample`, in bytes at `precision`).
+        batch_size: samples per device per step (for ``"pipeline"``: the batch entering the pipeline).
+        precision: ``"fp32"`` (4 bytes everywhere) or ``"bf16"``/``"fp16"`` mixed precision (autocast):
+            fp32 parameters, gradients and optimizer state, plus 2-byte working copies of the weights
+            that autocast keeps for backward; 2-byte activations; the loss stays fp32.
+        optimizer, momentum: ``"sgd"`` (a momentum buffer when `momentum` > 0), ``"adam"``/``"adamw"``
+            (two moments), each state tensor the size of the parameters in fp32.
+        strategy, devices: how `devices` devices share the work (rules below).
+        cluster: the devices available; more `devices` than it has is an error.
+        micro_batches: pipeline micro-batches per step (default `devices`).
+        gradient_as_bucket_view: DDP's option; False (its default) keeps gradient buckets beside ``.grad``.
+
+    Rules (P parameter bytes, G gradient bytes, S optimizer state bytes, A activation bytes of the batch):
+        - ``single``: P + G + S + A; ``devices`` must be 1.
+        - ``ddp``: a full replica plus DDP's gradient buckets (flat buffers of G bytes in all, allocated
+          besides ``.grad`` unless `gradient_as_bucket_view`; measured, see tests).
+        - ``fsdp``: (P + G + S) / N per device, A unchanged, plus the transient all-gathered largest
+          layer (its parameters at compute precision and its unsharded fp32 gradients).
+        - ``pipeline``: (P + G + S) / N (stages balanced by parameter count); each stage keeps 1/N of
+          the layers' activations for min(M, N) in-flight micro-batches of B/M samples (1F1B schedule).
+        - ``tensor``: parameters, gradients and state of nn.Linear layers divided by N, the rest
+          replicated; activations counted unsplit (an upper bound: Megatron-style layers split some).
+
+    Example:
+        >>> estimate_memory(1_000_000, activation_bytes_per_sample=0, batch_size=1, optimizer="adam",
+        ...                 strategy="fsdp", devices=4).params
+        1000000
+    """
+    check_int("batch_size", batch_size, minimum=1)
+    check_choice("precision", precision, PRECISIONS)
+    state_tensors = optimizer_state_tensors(optimizer, momentum)
+    check_choice("strategy", strategy, STRATEGIES)
+    check_int("devices", devices, minimum=1)
+    if cluster is not None and devices > cluster.devices:
+        raise ValueError(f"devices={devices} exceeds the cluster's {cluster.devices} devices")
+    if strategy == "single" and devices != 1:
+        raise ValueError(f"devices={devices} with strategy='single'; use 1 or another strategy")
+    micro = check_int("micro_batches", devices if micro_batches is None else micro_batches, minimum=1)
+    profile = _profile(model, sample, activation_bytes_per_sample)
+
+    mixed = precision != "fp32"
+    param_element = FP32 + (HALF if mixed else 0)
+    activations = profile.activation_bytes_per_sample(precision) * batch_size
+    shard = {"fsdp": devices, "pipeline": devices}.get(strategy, 1)
+    count = profile.param_count / shard
+    if strategy == "tensor":
+        count = profile.param_count - profile.linear_param_count * (1 - 1 / devices)
+    if strategy == "pipeline":
+        activations = activations / devices * min(micro, devices) / micro
+    buffers = 0.0
+    if strategy == "ddp" and not gradient_as_bucket_view:
+        buffers = profile.param_count * FP32
+    elif strategy == "fsdp":
+        buffers = profile.largest_layer_param_count * ((HALF if mixed else FP32) + FP32)
+    return MemoryEstimate(
+        params=round(count * param_element),
+        grads=round(count * FP32),
+        optimizer_state=round(count * FP32 * state_tensors),
+        activations=round(activations),
+        comm_buffers=round(buffers),
+    )
+
+
+def _profile(
+    model: nn.Module | ModelProfile | int, sample: torch.Tensor | None, activation_bytes: float | None
+) -> ModelProfile:
+    if isinstance(model, ModelProfile):
+        return model
+    if isinstance(model, nn.Module):
+        if sample is None:
+            raise ValueError("sample is required with an nn.Module (a batch of one input is enough)")
+        return profile_model(model, sample)
+    count = check_int("model (parameter count)", model, minimum=1)
+    if activation_bytes is None:
+        raise ValueError("activation_bytes_per_sample is required with a parameter count")
+    return ModelProfile(
+        param_count=count,
+        activation_fixed_bytes=check_nonnegative("activation_bytes_per_sample", activation_bytes),
+        linear_param_count=count,
+    )

@@ -1,0 +1,263 @@
+"""`Estimator`: sliders for batch, precision, optimizer, strategy, devices and hardware; the answer to
+"does it fit, how long per step and per epoch, which strategy", recomputed as they move.
+
+    estimator = Estimator(model, sample=torch.zeros(1, 64), samples_per_epoch=50_000)
+    estimator          # last expression of a cell
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+from torch import nn
+
+from workbench._validate import check_int
+from workbench.devices.datasheets import DATASHEETS
+from workbench.estimate import (
+    CommEstimate,
+    MemoryEstimate,
+    StepTimeEstimate,
+    communication_bytes,
+    estimate_memory,
+    predict_step_time,
+    profile_model,
+    training_flops,
+)
+from workbench.estimate.hardware import Hardware, hardware_from_datasheet
+from workbench.tables import html_table
+
+STRATEGIES = ("single", "ddp", "fsdp", "pipeline", "tensor")
+_COMPONENTS = ("params", "grads", "optimizer_state", "activations", "comm_buffers")
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One answer: memory per device, communication and time per step, whether it fits."""
+
+    strategy: str
+    devices: int
+    hardware: Hardware
+    memory: MemoryEstimate
+    comm: CommEstimate
+    time: StepTimeEstimate
+    steps_per_epoch: int
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits(self.hardware.memory_bytes)
+
+    @property
+    def epoch_s(self) -> float:
+        return self.time.epoch_s(self.steps_per_epoch)
+
+
+class Estimator:
+    """Estimate memory, communication and time for a model under each strategy, with sliders.
+
+    Args:
+        model: the model (profiled once with one forward of `sample`).
+        sample: one input sample with its batch dimension (e.g. ``torch.zeros(1, 64)``).
+        samples_per_epoch: training samples per epoch (for the epoch time).
+        hardware: choices by name (default: every GPU datasheet); add measured ones with
+            `workbench.estimate.hardware.hardware_from_benchmark`.
+        batch_size, precision, optimizer, strategy, devices, hardware_name: starting values.
+
+    Example:
+        >>> from workbench.train import models
+        >>> estimator = Estimator(models.mlp(64, 10), torch.zeros(1, 64), samples_per_epoch=1_437)
+        >>> result = estimator.estimate()
+        >>> result.strategy, result.fits
+        ('single', True)
+        >>> estimator.strategy.value = "ddp"; estimator.devices.value = 4
+        >>> estimator.estimate().comm.sent_bytes > 0
+        True
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        sample: torch.Tensor,
+        *,
+        samples_per_epoch: int,
+        hardware: dict[str, Hardware] | None = None,
+        batch_size: int = 64,
+        precision: str = "fp32",
+        optimizer: str = "adam",
+        strategy: str = "single",
+        devices: int = 1,
+        hardware_name: str | None = None,
+    ) -> None:
+        self.profile = profile_model(model, sample)
+        self.flops_per_sample = training_flops(model, sample) / len(sample)
+        self.samples_per_epoch = check_int("samples_per_epoch", samples_per_epoch, minimum=1)
+        self.hardware = (
+            hardware
+            if hardware is not None
+            else {name: hardware_from_datasheet(sheet) for name, sheet in DATASHEETS.items()}
+        )
+        if not self.hardware:
+            raise ValueError("hardware must name at least one device")
+        names = list(self.hardware)
+        if hardware_name is not None and hardware_name not in self.hardware:
+            raise ValueError(f"hardware_name={hardware_name!r} is not known; allowed values: {names}")
+        style = {"description_width": "110px"}
+        self.batch_size = widgets.IntSlider(
+            batch_size, min=1, max=4096, description="batch / device", style=style
+        )
+        self.precision = widgets.Dropdown(
+            options=["fp32", "bf16", "fp16"], value=precision, description="precision", style=style
+        )
+        self.optimizer = widgets.Dropdown(
+            options=["sgd", "adam", "adamw"], value=optimizer, description="optimizer", style=style
+        )
+        self.strategy = widgets.Dropdown(
+            options=list(STRATEGIES), value=strategy, description="strategy", style=style
+        )
+        self.devices = widgets.IntSlider(devices, min=1, max=64, description="devices", style=style)
+        self.device = widgets.Dropdown(
+            options=names, value=hardware_name or names[0], description="hardware", style=style
+        )
+        self.answer = widgets.HTML()
+        self.figure = go.FigureWidget(
+            layout={
+                "height": 330,
+                "barmode": "stack",
+                "title": {"text": "memory per device by strategy"},
+                "yaxis": {"title": {"text": "GiB"}},
+                "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
+                "template": "plotly_white",
+            }
+        )
+        controls = [self.batch_size, self.precision, self.optimizer, self.strategy, self.devices, self.device]
+        for control in controls:
+            control.observe(lambda _: self.update(), names="value")
+        self.widget = widgets.VBox(
+            [widgets.HBox([widgets.VBox(controls[:3]), widgets.VBox(controls[3:])]), self.answer, self.figure]
+        )
+        self.update()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def estimate(self, strategy: str | None = None, devices: int | None = None) -> Estimate:
+        """The estimate at the current slider values (optionally another strategy or device count)."""
+        strategy = strategy or self.strategy.value
+        devices = devices or self.devices.value
+        hardware = self.hardware[self.device.value]
+        batch, precision = self.batch_size.value, self.precision.value
+        memory = estimate_memory(
+            self.profile,
+            batch_size=batch,
+            precision=precision,
+            optimizer=self.optimizer.value,
+            momentum=0.9 if self.optimizer.value == "sgd" else 0.0,
+            strategy=strategy,
+            devices=devices,
+        )
+        comm = communication_bytes(
+            strategy,
+            self.profile.param_count,
+            devices,
+            precision=precision,
+            activation_bytes=self.profile.activation_bytes_per_sample(precision) * batch,
+        )
+        # Each byte of the step's working set is written once and read once (a rough, stated assumption).
+        time = predict_step_time(
+            self.flops_per_sample * batch,
+            2 * memory.total,
+            comm.sent_bytes,
+            flops_per_s=hardware.flops(precision),
+            memory_bandwidth=hardware.memory_bandwidth,
+            link_bandwidth=hardware.link_bandwidth,
+        )
+        steps = math.ceil(
+            self.samples_per_epoch
+            / (batch * (1 if strategy in ("single", "pipeline", "tensor") else devices))
+        )
+        return Estimate(strategy, devices, hardware, memory, comm, time, steps)
+
+    def update(self) -> None:
+        """Recompute the answer and the chart from the sliders (called when one moves)."""
+        try:
+            result = self.estimate()
+        except ValueError as error:
+            self.answer.value = f'<p style="color:#a40000"><b>Not possible</b>: {html.escape(str(error))}</p>'
+        else:
+            self.answer.value = _answer_html(result)
+        self._draw_strategies()
+
+    def _draw_strategies(self) -> None:
+        per_strategy = {}
+        for strategy in STRATEGIES:
+            devices = 1 if strategy == "single" else max(self.devices.value, 2)
+            try:
+                per_strategy[f"{strategy} ×{devices}"] = self.estimate(strategy, devices).memory
+            except ValueError:
+                continue
+        names = list(per_strategy)
+        limit = self.hardware[self.device.value].memory_bytes / 2**30
+        with self.figure.batch_update():
+            self.figure.data = ()
+            for component, color in zip(_COMPONENTS, _COLORS, strict=True):
+                values = [getattr(m, component) / 2**30 for m in per_strategy.values()]
+                self.figure.add_bar(x=names, y=values, name=component.replace("_", " "), marker_color=color)
+            line = {"dash": "dash", "color": "#a40000"}
+            self.figure.layout.shapes = [
+                {
+                    "type": "line",
+                    "xref": "paper",
+                    "x0": 0,
+                    "x1": 1,
+                    "yref": "y",
+                    "y0": limit,
+                    "y1": limit,
+                    "line": line,
+                }
+            ]
+            self.figure.layout.annotations = [
+                {
+                    "xref": "paper",
+                    "x": 1,
+                    "yref": "y",
+                    "y": limit,
+                    "text": f"{self.device.value}: {limit:.0f} GiB",
+                    "showarrow": False,
+                    "xanchor": "right",
+                    "yanchor": "bottom",
+                    "font": {"color": "#a40000"},
+                }
+            ]
+
+
+def _answer_html(result: Estimate) -> str:
+    gib = 2**30
+    memory = result.memory
+    verdict = "fits" if result.fits else "does NOT fit"
+    rows = [
+        *((name.replace("_", " "), f"{value / gib:.3f} GiB") for name, value in _memory_parts(memory)),
+        (
+            "total per device",
+            f"{memory.total / gib:.3f} GiB of {result.hardware.memory_bytes / gib:.0f}: {verdict}",
+        ),
+        ("sent per step per device", f"{result.comm.sent_bytes / 2**20:.2f} MiB ({result.comm.detail})"),
+        (
+            "step time",
+            f"{1e3 * result.time.step_s:.3f} ms ({result.time.bound}-bound; compute "
+            f"{1e3 * result.time.compute_s:.3f} ms, memory {1e3 * result.time.memory_s:.3f} ms, "
+            f"communication {1e3 * result.time.comm_s:.3f} ms)",
+        ),
+        ("epoch", f"{result.steps_per_epoch} steps, {result.epoch_s:.2f} s"),
+    ]
+    caption = f"{result.strategy} on {result.devices} × {result.hardware.name}"
+    return html_table(("estimate", "value"), rows, caption=caption)
+
+
+def _memory_parts(memory: MemoryEstimate) -> list[tuple[str, int]]:
+    return [(name, getattr(memory, name)) for name in _COMPONENTS]
