@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 
@@ -26,4 +27,11 @@ def check_nonnegative(field: str, value: object) -> float:
     """Return ``value`` as float if it is a number ≥ 0, else raise ValueError."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         raise ValueError(f"{field} must be a number ≥ 0, got {value!r}")
+    return float(value)
+
+
+def check_positive(field: str, value: object) -> float:
+    """Return `value` as float if it is a finite number > 0, else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{field} must be a finite number > 0, got {value!r}")
     return float(value)

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from workbench.widgets.throttle import Throttle, check_positive
+from workbench._validate import check_positive
+from workbench.widgets.throttle import Throttle
 
 
 def _wait_for(condition, timeout=3.0):

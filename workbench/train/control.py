@@ -10,6 +10,8 @@ import math
 import threading
 from dataclasses import dataclass
 
+from workbench._validate import check_positive
+
 
 @dataclass(frozen=True)
 class Changes:
@@ -79,7 +81,7 @@ class TrainControl:
 
     def set_lr(self, lr: float) -> None:
         """Use learning rate `lr` (> 0) from the next step on; the schedule continues from there."""
-        _check_positive("lr", lr)
+        check_positive("lr", lr)
         with self._condition:
             self._pending = Changes(
                 lr=float(lr), clip_norm=self._pending.clip_norm, clip_value=self._pending.clip_value
@@ -113,8 +115,3 @@ class TrainControl:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _check_positive(field: str, value: object) -> None:
-    if not _is_number(value) or value <= 0:
-        raise ValueError(f"{field} must be a finite number > 0, got {value!r}")

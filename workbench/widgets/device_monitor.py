@@ -25,7 +25,8 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.widgets.throttle import Throttle, check_positive
+from workbench._validate import check_positive
+from workbench.widgets.throttle import Throttle
 
 Sample = dict[str, Any]
 _COLORS = plotly.colors.qualitative.Plotly

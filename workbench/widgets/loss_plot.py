@@ -17,11 +17,11 @@ import ipywidgets as widgets
 import plotly.colors
 import plotly.graph_objects as go
 
-from workbench._validate import check_int
+from workbench._validate import check_int, check_positive
 from workbench.train.events import Callback, Event
 from workbench.train.metrics_log import read_metrics
 from workbench.widgets.series import DownsampledSeries
-from workbench.widgets.throttle import Throttle, check_positive
+from workbench.widgets.throttle import Throttle
 
 SPLITS = ("train", "val", "test")
 _COLORS = plotly.colors.qualitative.Plotly

@@ -6,16 +6,10 @@ redraw. The thread starts on demand and ends after a quiet spell or on `Throttle
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 
-
-def check_positive(field: str, value: object) -> float:
-    """Return `value` as float if it is a finite number > 0, else raise ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ValueError(f"{field} must be a finite number > 0, got {value!r}")
-    return float(value)
+from workbench._validate import check_positive
 
 
 class Throttle:
