@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,18 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+def _pick_free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """Call it for a TCP port on 127.0.0.1 that is free now (servers, rendezvous)."""
+    return _pick_free_port
 
 
 class FakeNvml:

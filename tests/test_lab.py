@@ -22,12 +22,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
     try:
@@ -37,8 +31,8 @@ def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
         return error.code, b""
 
 
-def test_make_lab_serves_the_tour_with_a_token():
-    port, token = _free_port(), secrets.token_hex(16)
+def test_make_lab_serves_the_tour_with_a_token(free_port):
+    port, token = free_port(), secrets.token_hex(16)
     lab = subprocess.Popen(
         ["make", "-s", "lab", f"PORT={port}", f"LAB_ARGS=--no-browser --IdentityProvider.token={token}"],
         cwd=REPO,

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -52,14 +51,8 @@ def _chromium() -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, free_port):
     """A JupyterLab server on a copy of notebooks/; yields its base URL."""
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(REPO / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("runs", ".ipynb_*"))
@@ -67,7 +60,7 @@ def lab(tmp_path_factory):
     settings = root / "settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable, "-m", "jupyterlab", "--no-browser",
         f"--ServerApp.root_dir={root / 'notebooks'}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
@@ -97,6 +90,20 @@ def lab(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture
+def page():
+    """A fresh headless Chromium page (1400×1600); the browser closes after the test."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": 1600})
+        finally:
+            browser.close()
 
 
 def _run_all_cells(page, url: str, notebook: str, timeout_s: float) -> None:
@@ -138,60 +145,42 @@ def _errors_in_page(page) -> list[str]:
     return [t for t in texts if re.search(r"Traceback|Error\b", t)]
 
 
-def test_optimizers_notebook_runs_in_the_browser_with_live_plots(lab):
-    from playwright.sync_api import sync_playwright
+def test_optimizers_notebook_runs_in_the_browser_with_live_plots(lab, page):
+    _run_all_cells(page, lab, "02_optimizers.ipynb", timeout_s=600)
+    time.sleep(1.0)  # the last throttled widget messages
+    page.screenshot(path=str(ARTIFACTS / "02_optimizers.png"), full_page=True)
+    assert _errors_in_page(page) == []
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1600})
-            _run_all_cells(page, lab, "02_optimizers.ipynb", timeout_s=600)
-            time.sleep(1.0)  # the last throttled widget messages
-            page.screenshot(path=str(ARTIFACTS / "02_optimizers.png"), full_page=True)
-            assert _errors_in_page(page) == []
+    # The notebook prints what its Dashboard's plot holds: "points in the loss plot: {...}".
+    outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+    line = next(t for t in outputs if "points in the loss plot:" in t)
+    expected = ast.literal_eval(line.split("points in the loss plot:", 1)[1].strip().splitlines()[0])
+    dashboard = page.locator(".workbench-dashboard")
+    assert dashboard.count() == 1, "the Dashboard widget is not in the page"
+    dashboard.scroll_into_view_if_needed()
+    dashboard.screenshot(path=str(ARTIFACTS / "02_optimizers_dashboard.png"))
+    in_page = dashboard.locator(".js-plotly-plot").first.evaluate(
+        "plot => Object.fromEntries(plot.data.map(trace => [trace.name, trace.x.length]))"
+    )
+    assert in_page == expected, f"loss plot in the page {in_page} != the kernel's {expected}"
+    assert expected and all(n > 0 for n in expected.values())
 
-            # The notebook prints what its Dashboard's plot holds: "points in the loss plot: {...}".
-            outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
-            line = next(t for t in outputs if "points in the loss plot:" in t)
-            expected = ast.literal_eval(line.split("points in the loss plot:", 1)[1].strip().splitlines()[0])
-            dashboard = page.locator(".workbench-dashboard")
-            assert dashboard.count() == 1, "the Dashboard widget is not in the page"
-            dashboard.scroll_into_view_if_needed()
-            dashboard.screenshot(path=str(ARTIFACTS / "02_optimizers_dashboard.png"))
-            in_page = dashboard.locator(".js-plotly-plot").first.evaluate(
-                "plot => Object.fromEntries(plot.data.map(trace => [trace.name, trace.x.length]))"
-            )
-            assert in_page == expected, f"loss plot in the page {in_page} != the kernel's {expected}"
-            assert expected and all(n > 0 for n in expected.values())
-
-            bar = dashboard.locator(".progress-bar").first.evaluate("bar => bar.style.width")
-            assert bar == "100%", f"progress bar at {bar}"
-            plots = page.locator(".js-plotly-plot")
-            empty = plots.evaluate_all(EMPTY_PLOTS_JS)
-            assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
-        finally:
-            browser.close()
+    bar = dashboard.locator(".progress-bar").first.evaluate("bar => bar.style.width")
+    assert bar == "100%", f"progress bar at {bar}"
+    plots = page.locator(".js-plotly-plot")
+    empty = plots.evaluate_all(EMPTY_PLOTS_JS)
+    assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
 
 
-def test_hardware_notebook_runs_in_the_browser_with_filled_widgets(lab):
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1600})
-            _run_all_cells(page, lab, "06_hardware_and_estimates.ipynb", timeout_s=300)
-            time.sleep(1.0)
-            page.screenshot(path=str(ARTIFACTS / "06_hardware_and_estimates.png"), full_page=True)
-            assert _errors_in_page(page) == []
-            plots = page.locator(".js-plotly-plot")
-            empty = plots.evaluate_all(EMPTY_PLOTS_JS)
-            # inspector chart, memory levels, roofline, estimator chart
-            assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
-            tables = page.locator(".jp-OutputArea-output table").all_inner_texts()
-            assert any("CPU matmul fp32" in t for t in tables), "the inspector shows no measurements"
-            assert any("total per device" in t for t in tables), "the estimator shows no answer"
-        finally:
-            browser.close()
+def test_hardware_notebook_runs_in_the_browser_with_filled_widgets(lab, page):
+    _run_all_cells(page, lab, "06_hardware_and_estimates.ipynb", timeout_s=300)
+    time.sleep(1.0)
+    page.screenshot(path=str(ARTIFACTS / "06_hardware_and_estimates.png"), full_page=True)
+    assert _errors_in_page(page) == []
+    plots = page.locator(".js-plotly-plot")
+    empty = plots.evaluate_all(EMPTY_PLOTS_JS)
+    # inspector chart, memory levels, roofline, estimator chart
+    assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+    tables = page.locator(".jp-OutputArea-output table").all_inner_texts()
+    assert any("CPU matmul fp32" in t for t in tables), "the inspector shows no measurements"
+    assert any("total per device" in t for t in tables), "the estimator shows no answer"

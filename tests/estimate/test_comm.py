@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -39,17 +37,11 @@ def _ddp_worker(rank: int, world_size: int, port: int, results) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_ddp_allreduces_exactly_the_gradient_bytes():
+def test_ddp_allreduces_exactly_the_gradient_bytes(free_port):
     world_size = 2
     results = mp.get_context("spawn").SimpleQueue()
     mp.start_processes(
-        _ddp_worker, args=(world_size, _free_port(), results), nprocs=world_size, start_method="spawn"
+        _ddp_worker, args=(world_size, free_port(), results), nprocs=world_size, start_method="spawn"
     )
     for _ in range(world_size):
         _rank, allreduced, grad_bytes, param_count = results.get()

@@ -228,7 +228,7 @@ class Trainer:
         """Run the rest of the current epoch; False if a stop was requested."""
         loader = self._loaders["train"]
         loader.set_epoch(self.epoch)
-        interval = _Interval(self.device)
+        interval = _Interval()
         for group in self._step_groups(loader):
             paused_at = time.perf_counter()
             self._apply(self.control.at_step_boundary())
@@ -245,7 +245,7 @@ class Trainer:
             interval.add(loss, samples)
             if logged:
                 self._publish_step(interval, grad_norm)
-                interval = _Interval(self.device)
+                interval = _Interval()
         self.epoch += 1
         self._position = 0
         for split in ("val", "test"):
@@ -466,8 +466,7 @@ class Trainer:
 class _Interval:
     """Loss and throughput accumulated between two published steps (losses stay on the device)."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
+    def __init__(self) -> None:
         self.loss_sum: torch.Tensor | None = None
         self.steps = 0
         self.samples = 0
