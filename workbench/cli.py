@@ -5,6 +5,9 @@ workbench doctor --json           the same as JSON
 workbench kernel install          install the `workbench` Jupyter kernelspec for this interpreter
 workbench train digits-mlp        train a preset with a progress bar and print the final metrics
 workbench train --list            the presets (digits-mlp, regression-linear, images-cnn)
+workbench train digits-mlp --strategy ddp --nproc-per-node 2      data parallel on 2 local processes
+workbench train digits-mlp --strategy ddp --nnodes 2 --master-addr HOST   print the torchrun command
+torchrun --nproc-per-node 2 -m workbench train digits-mlp --strategy ddp  the same under torchrun
 workbench bench trainer           the Trainer and Dashboard against a hand-written loop (ratios)
 workbench bench hardware          memory bandwidth and matmul FLOP/s of this CPU and GPU (--full: larger)
 """
@@ -14,14 +17,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     if args.command is None:
         parser.print_help()
         return 0
@@ -88,10 +95,20 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--n-samples", type=int, help="dataset size (regression, images-cnn)")
     train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     train.add_argument(
-        "--run", dest="run_name", help="run name: metrics, config and checkpoints go to RUNS_DIR/RUN/"
+        "--run",
+        "--run-name",  # the spelling to use under torchrun, whose parser takes --run for --run-path
+        dest="run_name",
+        help="run name: metrics, config and checkpoints go to RUNS_DIR/RUN/",
     )
     train.add_argument("--runs-dir", default="runs")
     train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
+    ddp = train.add_argument_group("data parallel (--strategy ddp)")
+    ddp.add_argument("--strategy", choices=("single", "ddp"), default="single")
+    ddp.add_argument("--nproc-per-node", type=int, default=2, help="processes per machine (default 2)")
+    ddp.add_argument("--nnodes", type=int, default=1, help="machines; > 1 prints the torchrun command")
+    ddp.add_argument("--master-addr", default="127.0.0.1", help="rendezvous host (the first machine)")
+    ddp.add_argument("--master-port", type=int, default=29500, help="rendezvous port")
+    ddp.add_argument("--print-command", action="store_true", help="print the torchrun command and exit")
     train.set_defaults(command="train", run=_train)
 
 
@@ -118,59 +135,133 @@ def _train(args: argparse.Namespace) -> int:
     import torch
 
     from workbench.tables import text_table
-    from workbench.train import PRESETS, Trainer, build_experiment
-    from workbench.widgets.console import ConsoleProgress
+    from workbench.train import PRESETS
 
     if args.list or args.preset is None:
         print(text_table(["preset", "what"], [[name, p.description] for name, p in PRESETS.items()]))
         return 0
-    names = (
-        "epochs",
-        "batch_size",
-        "optimizer",
-        "lr",
-        "momentum",
-        "weight_decay",
-        "schedule",
-        "warmup_steps",
-        "precision",
-        "clip_norm",
-        "clip_value",
-        "accumulate",
-        "seed",
-        "device",
-        "n_samples",
-    )
-    changes = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     try:
         if args.threads is not None:
             if args.threads < 1:
                 raise ValueError(f"--threads must be ≥ 1, got {args.threads}")
             torch.set_num_threads(args.threads)
-        experiment = build_experiment(args.preset, **changes)
-        trainer = Trainer(
-            experiment.model,
-            experiment.loss_fn,
-            experiment.splits,
-            experiment.config,
-            callbacks=[ConsoleProgress()],
-            run=args.run_name,
-            runs_dir=args.runs_dir,
-        )
-        result = trainer.fit(resume=args.resume)
+        if args.strategy == "single":
+            return _train_here(args, strategy=None)
+        return _train_data_parallel(args)
     except (ValueError, FileNotFoundError) as error:
         print(f"workbench train: error: {error}", file=sys.stderr)
         return 2
+
+
+_CHANGEABLE = (
+    "epochs",
+    "batch_size",
+    "optimizer",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "schedule",
+    "warmup_steps",
+    "precision",
+    "clip_norm",
+    "clip_value",
+    "accumulate",
+    "seed",
+    "device",
+    "n_samples",
+)
+
+
+def _train_here(args: argparse.Namespace, strategy: Any) -> int:
+    """Train the preset in this process (alone, or as one rank of a DDP job); rank 0 prints."""
+    import torch
+
+    from workbench.tables import text_table
+    from workbench.train import Trainer, build_experiment
+    from workbench.widgets.console import ConsoleProgress
+
+    changes = {name: getattr(args, name) for name in _CHANGEABLE if getattr(args, name) is not None}
+    experiment = build_experiment(args.preset, **changes)
+    main = strategy is None or strategy.is_main
+    trainer = Trainer(
+        experiment.model,
+        experiment.loss_fn,
+        experiment.splits,
+        experiment.config,
+        callbacks=[ConsoleProgress()] if main else [],
+        run=args.run_name,
+        runs_dir=args.runs_dir,
+        strategy=strategy,
+    )
+    result = trainer.fit(resume=args.resume)
+    if not main:
+        return 0
     rows = [["train", "loss", f"{result.train_loss:.5f}"]]
     for split, metrics in result.metrics.items():
         rows += [[split, name, f"{value:.5f}"] for name, value in metrics.items()]
     print(text_table(["split", "metric", "value"], rows))
     print(
         f"{result.status}: {result.step} steps, {result.epoch} epochs in {result.seconds:.2f} s on "
-        f"{trainer.device} ({torch.get_num_threads()} threads)"
+        f"{trainer.strategy.describe()}"
+        + (f" ({torch.get_num_threads()} threads)" if strategy is None else "")
         + (f"; checkpoint {result.checkpoint}" if result.checkpoint else "")
     )
     return 0
+
+
+def _train_data_parallel(args: argparse.Namespace) -> int:
+    """Under torchrun: be one rank. Otherwise: print the torchrun command, or launch local processes."""
+    from workbench.train import launch
+    from workbench.train.strategy import DataParallel, under_torchrun
+
+    if under_torchrun():
+        strategy = DataParallel.from_env()
+        try:
+            return _train_here(args, strategy)
+        finally:
+            strategy.close()
+    for flag in ("nproc_per_node", "nnodes"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be ≥ 1, got {getattr(args, flag)}")
+    if args.nnodes > 1 or args.print_command:
+        print(_torchrun_command(args))
+        return 0
+    return launch(lambda strategy: _train_here(args, strategy), args.nproc_per_node)
+
+
+_LAUNCHER_FLAGS = ("--strategy", "--nproc-per-node", "--nnodes", "--master-addr", "--master-port")
+
+
+def _torchrun_command(args: argparse.Namespace) -> str:
+    """The command to run on each machine, with this command's training options."""
+    kept, skip = [], False
+    for word in args.argv:
+        if skip:
+            skip = False
+        elif word == "--print-command":
+            continue
+        elif word in _LAUNCHER_FLAGS:
+            skip = True
+        elif word == "--run" or word.startswith("--run="):  # torchrun would read it as --run-path
+            kept.append(word.replace("--run", "--run-name", 1))
+        elif not word.startswith(tuple(f"{flag}=" for flag in _LAUNCHER_FLAGS)):
+            kept.append(word)
+    endpoint = f"{args.master_addr}:{args.master_port}"
+    words = [
+        "torchrun",
+        f"--nnodes {args.nnodes}",
+        f"--nproc-per-node {args.nproc_per_node}",
+        "--rdzv-backend c10d",
+        f"--rdzv-endpoint {endpoint}",
+        f"--rdzv-id {args.run_name or args.preset}",
+        "-m workbench",
+        shlex.join([*kept, "--strategy", "ddp"]),
+    ]
+    machines = "this machine" if args.nnodes == 1 else f"each of the {args.nnodes} machines"
+    return (
+        f"# run on {machines}; {args.master_addr} must be reachable from all of them "
+        f"(port {args.master_port} open):\n" + " \\\n    ".join(words)
+    )
 
 
 def _bench_trainer(args: argparse.Namespace) -> int:

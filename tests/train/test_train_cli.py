@@ -71,3 +71,28 @@ def test_unknown_preset_and_precision_are_usage_errors():
             [sys.executable, "-m", "workbench", "train", "nope"], capture_output=True, text=True, timeout=120
         ).stderr
     )
+
+
+def test_ddp_prints_the_torchrun_command_for_several_machines(capsys):
+    argv = ["train", "digits-mlp", "--strategy", "ddp", "--nnodes", "3", "--nproc-per-node", "4"]
+    argv += ["--master-addr", "node0.cluster", "--epochs", "5", "--run", "big"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "each of the 3 machines; node0.cluster must be reachable" in out
+    for part in ("--nnodes 3", "--nproc-per-node 4", "--rdzv-endpoint node0.cluster:29500", "--rdzv-id big"):
+        assert part in out
+    assert out.rstrip().endswith("train digits-mlp --epochs 5 --run-name big --strategy ddp")
+
+
+def test_ddp_on_one_machine_launches_local_processes(tmp_path, capsys):
+    argv = ["train", "regression-linear", "--strategy", "ddp", "--nproc-per-node", "2", "--n-samples", "4000"]
+    assert main([*argv, "--epochs", "2", "--run", "local", "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "launch: 2 processes (gloo, CPU, 1 thread each)" in out
+    assert read_metrics(tmp_path / "local", kind="fit_start")[0]["world_size"] == 2
+
+
+@pytest.mark.parametrize("flag", ["--nproc-per-node", "--nnodes"])
+def test_ddp_refuses_fewer_than_one(flag, capsys):
+    assert main(["train", "digits-mlp", "--strategy", "ddp", flag, "0"]) == 2
+    assert f"{flag} must be ≥ 1, got 0" in capsys.readouterr().err

@@ -207,3 +207,30 @@ def test_fit_trains_on_the_calling_thread_and_raises_failures(splits):
     assert "training failed at step 2" in dashboard.error.value
     with pytest.raises(RuntimeError, match="nothing to wait for"):
         dashboard.wait()
+
+
+def test_a_launch_shows_every_rank_live_and_returns_rank_0s_value():
+    import torch
+
+    from workbench.data import load_dataset, split_dataset
+    from workbench.train import Launch, OptimizerConfig, TrainConfig, Trainer, models
+
+    splits = split_dataset(load_dataset("regression", n_samples=400), (0.8, 0.2, 0.0), seed=0)
+    config = TrainConfig(epochs=2, batch_size=16, log_every=2, optimizer=OptimizerConfig("sgd", lr=0.05))
+    model = models.linear(10)
+
+    def train(strategy):
+        trainer = Trainer(model, torch.nn.functional.mse_loss, splits, config, strategy=strategy, run=None)
+        return trainer.fit().step
+
+    job = Launch(train, 2, config=config, model=model, verbose=False)
+    dashboard = Dashboard(job, monitor=False)
+    assert "2 processes (gloo, CPU, 1 thread each)" in dashboard.placement.value
+    assert dashboard.fit() == 20  # 320 samples / 2 ranks / batch 16 × 2 epochs
+    counts = dashboard.loss_plot.point_counts()
+    assert counts["run 1 train"] == counts["run 1 rank 0"] == counts["run 1 rank 1"] == 10
+    assert counts["run 1 val"] == 2
+    assert "samples/s rank 0" in dashboard.status.value and "rank 1" in dashboard.status.value
+    assert dashboard.progress.value == dashboard.progress.max == 20
+    assert repr(dashboard).startswith("Dashboard(finished, step 20/20, 2 processes (gloo, CPU")
+    assert dashboard._repr_mimebundle_()["text/plain"] == repr(dashboard)

@@ -1,4 +1,4 @@
-"""Training on one device: config, loop, events, checkpoints, presets.
+"""Training: config, loop, events, checkpoints, presets; strategies (one device, DDP) and the launcher.
 
 >>> from workbench.train import Trainer, build_experiment
 >>> e = build_experiment("digits-mlp", epochs=1)
@@ -11,11 +11,13 @@ from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import OPTIMIZERS, PRECISIONS, SCHEDULES, OptimizerConfig, TrainConfig
 from workbench.train.control import Changes, TrainControl
 from workbench.train.events import Broadcast, Callback, Event
+from workbench.train.launch import Launch, WorkerFailed, free_port, launch
 from workbench.train.loop import FitResult, NonFiniteLossError, Trainer
 from workbench.train.metrics_log import MetricsLog, read_metrics
 from workbench.train.optim import build_optimizer, lr_factor
 from workbench.train.precision import Precision, resolve_precision
 from workbench.train.presets import PRESETS, Experiment, Preset, build_experiment
+from workbench.train.strategy import DataParallel, SingleDevice, Strategy
 
 __all__ = [
     "OPTIMIZERS",
@@ -25,19 +27,26 @@ __all__ = [
     "Broadcast",
     "Callback",
     "Changes",
+    "DataParallel",
     "Event",
     "Experiment",
     "FitResult",
+    "Launch",
     "MetricsLog",
     "NonFiniteLossError",
     "OptimizerConfig",
     "Precision",
     "Preset",
+    "SingleDevice",
+    "Strategy",
     "TrainConfig",
     "TrainControl",
     "Trainer",
+    "WorkerFailed",
     "build_experiment",
     "build_optimizer",
+    "free_port",
+    "launch",
     "load_checkpoint",
     "lr_factor",
     "models",

@@ -34,6 +34,7 @@ from workbench.train.events import Broadcast, Callback, Event
 from workbench.train.metrics_log import MetricsLog
 from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor
 from workbench.train.precision import resolve_precision
+from workbench.train.strategy import SingleDevice, Strategy
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CONFIG_FILE = "config.json"
@@ -84,6 +85,8 @@ class Trainer:
         runs_dir: where run directories live (default ``runs``).
         optimizer_factory: ``factory(params, optimizer_config) -> torch.optim.Optimizer`` for optimizers
             beyond sgd/adam/adamw (e.g. the fused numba ones).
+        strategy: where to train: `SingleDevice` (default, on ``config.device``) or `DataParallel`
+            (one process per rank; batch_size is per rank, so the global batch is batch_size × ranks).
 
     Example:
         >>> from workbench.data import load_dataset, split_dataset
@@ -107,23 +110,33 @@ class Trainer:
         run: str | None = None,
         runs_dir: str | os.PathLike = "runs",
         optimizer_factory: OptimizerFactory | None = None,
+        strategy: Strategy | None = None,
     ) -> None:
         self.config = config if config is not None else TrainConfig()
+        self.strategy = strategy if strategy is not None else SingleDevice(self.config.device)
         if len(splits.train) == 0:
             raise ValueError("splits.train is empty; give the training split at least one sample")
         if run is not None and (not isinstance(run, str) or not run or "/" in run or run in (".", "..")):
             raise ValueError(f"run must be a non-empty name without '/', got {run!r}")
-        self.device = _resolve_device(self.config.device)
+        self.device = self.strategy.device
+        if self.config.device not in ("auto", self.device.type):
+            raise ValueError(
+                f"config.device={self.config.device!r} but the strategy trains on {self.device}; "
+                "use device='auto' with a distributed strategy"
+            )
         self.precision = resolve_precision(self.config.precision, self.device)
-        self.model = model.to(self.device)
+        self.rank, self.world_size = self.strategy.rank, self.strategy.world_size
+        self.model = self.strategy.wrap(model.to(self.device))
         self.loss_fn = loss_fn
         self.splits = splits
         self.classification = splits.train.task == "classification"
-        self.control = control if control is not None else TrainControl()
+        if control is None:
+            control = self.strategy.control if self.strategy.control is not None else TrainControl()
+        self.control = control
         self.run = run
         self.run_dir = Path(runs_dir) / run if run is not None else None
-        callbacks = list(callbacks)
-        if self.run_dir is not None:
+        callbacks = [*self.strategy.callbacks, *callbacks]
+        if self.run_dir is not None and self.strategy.is_main:
             callbacks.insert(0, MetricsLog(self.run_dir))
         self.events = Broadcast(callbacks)
         factory = optimizer_factory if optimizer_factory is not None else build_optimizer
@@ -135,6 +148,8 @@ class Trainer:
                 self.config.batch_size,
                 shuffle=name == "train",
                 seed=self.config.seed,
+                rank=self.rank,
+                world_size=self.world_size,
                 remainder="pad" if name == "train" else "uneven",
             )
             for name in ("train", "val", "test")
@@ -151,6 +166,7 @@ class Trainer:
         self.clip_value = self.config.clip_value
         self.checkpoint: Path | None = None
         self._last: dict[str, dict[str, float]] = {}
+        self._all_ranks_loss = math.nan  # the last checked loss sum, averaged over ranks
 
     # ------------------------------------------------------------------ public
 
@@ -201,25 +217,26 @@ class Trainer:
         if split not in self._loaders:
             return {}  # an empty split
         loader = self._loaders[split]
-        self.model.eval()
-        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        count = 0
+        model = self.strategy.unwrap(self.model)  # ranks see different numbers of batches: no DDP here
+        model.eval()
+        # loss sum, correct, count: summed over this rank's shard, then over all ranks
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
         with torch.no_grad():
             for x, y in loader:
                 x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
                 with self.precision.autocast():
-                    output = self.model(x)
+                    output = model(x)
                     loss = self.loss_fn(output, y)
-                total_loss += loss.double() * len(x)
+                totals[0] += loss.double() * len(x)
                 if self.classification:
-                    correct += (output.argmax(dim=1) == y).sum()
-                count += len(x)
+                    totals[1] += (output.argmax(dim=1) == y).sum()
+                totals[2] += len(x)
+        loss_sum, correct, count = self.strategy.all_reduce(totals).tolist()
         if count == 0:
             return {}
-        metrics = {"loss": total_loss.item() / count}
+        metrics = {"loss": loss_sum / count}
         if self.classification:
-            metrics["accuracy"] = correct.item() / count
+            metrics["accuracy"] = correct / count
         return metrics
 
     # ------------------------------------------------------------------ loop
@@ -231,9 +248,9 @@ class Trainer:
         interval = _Interval()
         for group in self._step_groups(loader):
             paused_at = time.perf_counter()
-            self._apply(self.control.at_step_boundary())
+            stop = self._step_boundary()
             interval.exclude(time.perf_counter() - paused_at)
-            if self.control.stop_requested:
+            if stop:
                 self._check_finite(interval)  # never checkpoint a model that saw a non-finite loss
                 return False
             logged = (self.step + 1) % self.config.log_every == 0 or self._position + len(group) >= len(
@@ -283,13 +300,15 @@ class Trainer:
         self.model.train()
         samples = sum(len(x) for x, _ in group)
         step_loss = None
-        for x, y in group:
+        for index, (x, y) in enumerate(group):
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            with self.precision.autocast():
-                loss = self.loss_fn(self.model(x), y)
-            if len(group) > 1:  # mean over the whole group, as one batch of all its samples would give
-                loss = loss * (len(x) / samples)
-            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            # gradients are all-reduced once per step, on the last micro-batch
+            with self.strategy.no_sync(self.model, index < len(group) - 1):
+                with self.precision.autocast():
+                    loss = self.loss_fn(self.model(x), y)
+                if len(group) > 1:  # mean over the whole group, as one batch of all its samples would give
+                    loss = loss * (len(x) / samples)
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
         if check is not None:
             self._check_finite(check, step_loss)
@@ -322,6 +341,16 @@ class Trainer:
             torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), self.clip_norm, clip_norm)
         return float(norm) if measure else None
 
+    def _step_boundary(self) -> bool:
+        """Apply control requests (waiting while paused); True if training should stop.
+
+        With several ranks, rank 0's requests are broadcast so every rank stops or changes at the same step.
+        """
+        changes = self.control.at_step_boundary() if self.strategy.is_main else Changes()
+        changes, stop = self.strategy.agree(changes, self.control.stop_requested)
+        self._apply(changes)
+        return stop
+
     def _apply(self, changes: Changes) -> None:
         if changes.lr is not None:
             self.lr = changes.lr
@@ -334,6 +363,10 @@ class Trainer:
 
     def _publish_step(self, interval: _Interval, grad_norm: float | None) -> None:
         loss = interval.mean_loss()
+        metrics: dict[str, Any] = {}
+        if self.world_size > 1:  # `loss` is the mean over all ranks; each rank's own is `rank_loss`
+            metrics["rank_loss"] = loss
+            loss = self._all_ranks_loss / interval.steps
         self._last["train"] = {"loss": loss}
         self.events.on_step(
             self._event(
@@ -341,16 +374,19 @@ class Trainer:
                 lr=self.optimizer.param_groups[0]["lr"],
                 samples_per_s=interval.samples_per_s(),
                 grad_norm=grad_norm,
+                **metrics,
             )
         )
 
     def _event(self, **metrics: Any) -> Event:
-        return {"step": self.step, "epoch": self.epoch, **metrics, "rank": 0, "time": time.time()}
+        return {"step": self.step, "epoch": self.epoch, **metrics, "rank": self.rank, "time": time.time()}
 
     def _info(self) -> Event:
         return {
             "run": self.run,
-            "rank": 0,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "strategy": self.strategy.describe(),
             "epochs": self.config.epochs,
             "steps_per_epoch": self.steps_per_epoch,
             "total_steps": self.total_steps,
@@ -374,7 +410,10 @@ class Trainer:
             total = pending if total is None else total + pending
         if total is None:
             return
+        if self.world_size > 1:  # every rank sees a NaN on any rank, so all stop at the same step
+            total = self.strategy.all_reduce(total.detach().float().clone(), "mean")
         value = float(total)  # NaN and inf survive the sum, so one sync checks every step of the interval
+        self._all_ranks_loss = value
         if not math.isfinite(value):
             first = self.step - interval.steps + 1
             last = self.step + (1 if pending is not None else 0)
@@ -410,7 +449,7 @@ class Trainer:
             path = Path(resume)
         if path is None:
             self.step = self.epoch = self._position = 0
-            torch.manual_seed(self.config.seed)
+            torch.manual_seed(self.config.seed + self.rank)  # ranks draw different dropout masks
         else:
             self._load(path)
         if self.run_dir is not None:
@@ -419,7 +458,7 @@ class Trainer:
 
     def _state(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(),
+            "model": self.strategy.unwrap(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": None if self.scaler is None else self.scaler.state_dict(),
             "step": self.step,
@@ -430,12 +469,17 @@ class Trainer:
             "clip_value": self.clip_value,
             "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
+            "rank_rngs": self.strategy.gather_object(torch.get_rng_state()) if self.world_size > 1 else [],
             "config": self.config.to_dict(),
         }
 
     def _save(self) -> None:
-        if self.run_dir is not None:
-            self.checkpoint = save_checkpoint(self._state(), self.run_dir / CHECKPOINT_FILE)
+        """Rank 0 writes the checkpoint (every rank takes part in gathering the RNG states)."""
+        if self.run_dir is None:
+            return
+        state = self._state()
+        path = self.run_dir / CHECKPOINT_FILE
+        self.checkpoint = save_checkpoint(state, path) if self.strategy.is_main else path
 
     def _due_checkpoint(self) -> bool:
         return self.run_dir is not None and self.epoch % self.config.checkpoint_every == 0
@@ -451,13 +495,15 @@ class Trainer:
                     f"cannot resume from {path}: {name} was {getattr(saved, name)!r} there and is "
                     f"{getattr(self.config, name)!r} now; use the same {name} (epochs may only grow)"
                 )
-        self.model.load_state_dict(state["model"])
+        self.strategy.unwrap(self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler is not None and state["scaler"] is not None:
             self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self._position = state["step"], state["epoch"], state["position"]
         self.lr, self.clip_norm, self.clip_value = state["lr"], state["clip_norm"], state["clip_value"]
-        torch.set_rng_state(state["rng"].cpu())
+        rank_rngs = state.get("rank_rngs") or []
+        rng = rank_rngs[self.rank] if self.rank < len(rank_rngs) else state["rng"]
+        torch.set_rng_state(rng.cpu())
         if self.device.type == "cuda" and state["cuda_rng"]:
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
         self.checkpoint = path
@@ -488,11 +534,3 @@ class _Interval:
     def samples_per_s(self) -> float:
         elapsed = time.perf_counter() - self.started - self.excluded
         return self.samples / elapsed if elapsed > 0 else math.nan
-
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but torch sees no CUDA device here; use device='auto' or 'cpu'")
-    return torch.device(name)

@@ -1,6 +1,8 @@
 """The training dashboard: progress with ETA, live loss plot, device monitor and controls.
 
 Training runs in a background thread so the notebook stays responsive: the buttons work while it runs.
+It drives a `Trainer`, or a `Launch` (data-parallel workers): then the plot shows every rank's loss and
+the status line each rank's throughput, and the buttons reach the workers.
 
     dashboard = Dashboard(trainer)   # shows itself when it is the last expression of a cell
     dashboard.start()                # or press Start
@@ -18,8 +20,9 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.monitor import DeviceSampler
-from workbench.train import FitResult, Trainer
+from workbench.train import Launch, Trainer
 from workbench.train.events import Callback, Event
+from workbench.widgets._display import widget_bundle
 from workbench.widgets.device_monitor import DeviceMonitor
 from workbench.widgets.loss_plot import LossPlot
 from workbench.widgets.throttle import Throttle
@@ -31,7 +34,8 @@ class Dashboard(Callback):
     """Start/pause/stop a `Trainer` from a notebook and watch it: progress, loss curves, device use.
 
     Args:
-        trainer: the trainer to drive; the dashboard subscribes to its events and uses its control.
+        trainer: the `Trainer` (or `Launch`) to drive; the dashboard subscribes to its events and uses
+            its control.
         loss_plot: a `LossPlot` to draw into (share one between dashboards to overlay runs).
         monitor: sample CPU/GPU use while training (a `DeviceSampler` at `sample_interval` seconds).
         sample_interval: seconds between device samples (default 0.5, i.e. 2 Hz).
@@ -51,7 +55,7 @@ class Dashboard(Callback):
 
     def __init__(
         self,
-        trainer: Trainer,
+        trainer: Trainer | Launch,
         *,
         loss_plot: LossPlot | None = None,
         monitor: bool = True,
@@ -63,10 +67,12 @@ class Dashboard(Callback):
         self.sampler = DeviceSampler(interval=sample_interval) if monitor else None
         self.device_monitor = DeviceMonitor() if monitor else None
         self._thread: threading.Thread | None = None
-        self._result: FitResult | None = None
+        self._result: Any = None  # a FitResult, or rank 0's return value for a Launch
         self._error: BaseException | None = None
         self._latest: Event | None = None
         self._last_eval: dict[str, Event] = {}
+        self._rank_rates: dict[int, float] = {}  # rank → samples/s at its last logged step
+        self._state = "ready"
         self._throttle = Throttle(lambda: self._push("running"), max_per_s=_PUSHES_PER_S)
         self._started_at = 0.0
         self._start_step = 0
@@ -102,12 +108,14 @@ class Dashboard(Callback):
             description="Apply", tooltip="use lr and clip norm from the next step"
         )
         self.error = widgets.HTML(value="")
+        self.placement = widgets.HTML(value=_placement(self.trainer))
         self.start_button.on_click(lambda _: self.start())
         self.pause_button.observe(self._on_pause_toggle, names="value")
         self.stop_button.on_click(lambda _: self.stop())
         self.apply_button.on_click(lambda _: self.apply_settings())
         rows = [
             widgets.HBox([self.progress, self.status]),
+            self.placement,
             widgets.HBox(
                 [
                     self.start_button,
@@ -127,7 +135,11 @@ class Dashboard(Callback):
         self.widget.add_class("workbench-dashboard")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+        return widget_bundle(self.widget, repr(self), **kwargs)
+
+    def __repr__(self) -> str:
+        step = self._latest["step"] if self._latest is not None else self.trainer.step
+        return f"Dashboard({self._state}, step {step}/{self._total_steps}, {_placement(self.trainer)})"
 
     # ------------------------------------------------------------------ actions
 
@@ -148,6 +160,7 @@ class Dashboard(Callback):
 
     def _begin(self) -> None:
         self._result, self._error = None, None
+        self._latest, self._rank_rates, self._last_eval = None, {}, {}
         self.error.value = ""
         self.control.reset()
         self._set_running_buttons(True)
@@ -169,8 +182,8 @@ class Dashboard(Callback):
             return
         self.error.value = ""
 
-    def wait(self, timeout: float | None = None) -> FitResult:
-        """Block until training ends; return its `FitResult` or raise its error.
+    def wait(self, timeout: float | None = None) -> Any:
+        """Block until training ends; return its `FitResult` (a Launch: rank 0's value) or raise its error.
 
         Interrupting the kernel while waiting stops training at the next step boundary.
         """
@@ -191,7 +204,7 @@ class Dashboard(Callback):
         assert self._result is not None
         return self._result
 
-    def fit(self, resume: bool = False) -> FitResult:
+    def fit(self, resume: bool = False) -> Any:
         """Train on the calling thread with the dashboard attached; blocks, returns or raises.
 
         The progress bar and plots update as usual, but in a notebook the buttons only act while training
@@ -256,6 +269,8 @@ class Dashboard(Callback):
 
     def on_fit_start(self, info: Event) -> None:
         self._total_steps = info["total_steps"]
+        if "launch" in info or "strategy" in info:
+            self.placement.value = f"<small>{html.escape(info.get('launch') or info['strategy'])}</small>"
         self._start_step = info["start_step"]
         self._started_at = time.perf_counter()
         self.progress.max = self._total_steps
@@ -263,7 +278,11 @@ class Dashboard(Callback):
         self.status.value = self._status_text("running")
 
     def on_step(self, metrics: Event) -> None:
-        self._latest = metrics
+        rank = metrics.get("rank", 0)
+        if metrics.get("samples_per_s") is not None:
+            self._rank_rates[rank] = metrics["samples_per_s"]
+        if rank == 0:
+            self._latest = metrics
         self._throttle.poke()
 
     def on_eval(self, metrics: Event) -> None:
@@ -281,6 +300,7 @@ class Dashboard(Callback):
         self.status.value = self._status_text(state)
 
     def _status_text(self, state: str) -> str:
+        self._state = state
         parts = [f"<b>{state}</b>"]
         latest = self._latest
         if latest is not None:
@@ -293,6 +313,10 @@ class Dashboard(Callback):
                 parts.append(f"{done / elapsed:.0f} steps/s, ETA {_clock(eta)}")
             elif state != "running":
                 parts.append(f"{_clock(elapsed)} elapsed")
+        if len(self._rank_rates) > 1:
+            rates = sorted(self._rank_rates.items())
+            each = ", ".join(f"rank {rank} {rate:.0f}" for rank, rate in rates)
+            parts.append(f"samples/s {each} (total {sum(r for _, r in rates):.0f})")
         for split, metrics in self._last_eval.items():
             shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in ("loss", "accuracy") if k in metrics)
             parts.append(f"{split}: {shown}")
@@ -302,3 +326,8 @@ class Dashboard(Callback):
 def _clock(seconds: float) -> str:
     seconds = max(round(seconds), 0)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _placement(job: Trainer | Launch) -> str:
+    """Where training runs, e.g. "1 process on cpu" or "2 processes (gloo, CPU, 1 thread each) on ..."."""
+    return job.describe() if isinstance(job, Launch) else job.strategy.describe()

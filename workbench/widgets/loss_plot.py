@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from workbench._validate import check_int, check_positive
 from workbench.train.events import Callback, Event
 from workbench.train.metrics_log import read_metrics
+from workbench.widgets._display import widget_bundle
 from workbench.widgets.series import DownsampledSeries
 from workbench.widgets.throttle import Throttle
 
@@ -30,6 +31,7 @@ _TRACE_STYLE: dict[str, dict[str, Any]] = {
     "val": {"mode": "lines+markers", "line": {"dash": "dash", "width": 2}, "marker": {"size": 6}},
     "test": {"mode": "markers", "marker": {"symbol": "x", "size": 9}},
 }
+_RANK_DASHES = ("dot", "dashdot", "longdash", "longdashdot")  # one per rank, repeating
 
 
 @dataclass
@@ -100,7 +102,11 @@ class LossPlot(Callback):
         self.widget = widgets.VBox([self.log_toggle, self.figure])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+        return widget_bundle(self.widget, repr(self), **kwargs)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{name}: {count}" for name, count in self.point_counts().items())
+        return f"LossPlot({counts or 'no data yet'})"
 
     @property
     def runs(self) -> list[str]:
@@ -161,10 +167,18 @@ class LossPlot(Callback):
         self._throttle.start()
 
     def on_step(self, metrics: Event) -> None:
+        rank = metrics.get("rank", 0)
         with self._data_lock:
             run = self._current if self._current is not None else self._start_default_run()
-            run.series["train"].append(metrics["step"], metrics["loss"])
-            self._changed.add((run.name, "train"))
+            if rank == 0:  # `loss` is the same on every rank (the mean over ranks)
+                run.series["train"].append(metrics["step"], metrics["loss"])
+                self._changed.add((run.name, "train"))
+            if "rank_loss" in metrics:  # data parallel: each rank's own loss, a thin curve per rank
+                curve = f"rank {rank}"
+                if curve not in run.series:
+                    run.series[curve] = DownsampledSeries(self.max_points)
+                run.series[curve].append(metrics["step"], metrics["rank_loss"])
+                self._changed.add((run.name, curve))
         self._throttle.poke()
 
     def on_eval(self, metrics: Event) -> None:
@@ -216,7 +230,7 @@ class LossPlot(Callback):
             if not curves:
                 return
             order = {name: i for i, name in enumerate(self._runs)}
-            curves.sort(key=lambda c: (order[c[0].name], SPLITS.index(c[1])))
+            curves.sort(key=lambda c: (order[c[0].name], _curve_order(c[1])))
             with self.figure.batch_update():
                 for run, split, x, y in curves:
                     trace = self._traces.get((run.name, split))
@@ -227,13 +241,14 @@ class LossPlot(Callback):
                     trace.x, trace.y = x, y
 
     def _add_trace(self, run: _Run, split: str) -> Any:
-        style = _TRACE_STYLE[split]
+        style = _TRACE_STYLE.get(split) or _rank_style(int(split.split()[1]))
         self.figure.add_scatter(
             name=f"{run.name} {split}",
             legendgroup=run.name,
             mode=style["mode"],
             line={**style.get("line", {}), "color": run.color},
             marker={**style.get("marker", {}), "color": run.color},
+            opacity=style.get("opacity", 1.0),
             hovertemplate=f"{run.name} {split}<br>step %{{x:.0f}}<br>loss %{{y:.4g}}<extra></extra>",
         )
         trace = self.figure.data[-1]
@@ -245,3 +260,13 @@ class LossPlot(Callback):
         with self._figure_lock, self.figure.batch_update():
             self.figure.layout.yaxis.type = axis_type
             self.figure.layout.yaxis.uirevision = axis_type  # drop a zoom taken on the other scale
+
+
+def _curve_order(curve: str) -> tuple[int, int]:
+    """train, val, test, then rank 0, rank 1, ..."""
+    return (SPLITS.index(curve), 0) if curve in SPLITS else (len(SPLITS), int(curve.split()[1]))
+
+
+def _rank_style(rank: int) -> dict[str, Any]:
+    dash = _RANK_DASHES[rank % len(_RANK_DASHES)]
+    return {"mode": "lines", "line": {"dash": dash, "width": 1}, "opacity": 0.6}

@@ -1,0 +1,260 @@
+"""launch(): DDP workers forked from this process; equivalence, results, live events, faults, bad input."""
+
+import os
+import signal
+import socket
+import time
+
+import psutil
+import pytest
+import torch
+
+from workbench.data import ShardedLoader, load_dataset, split_dataset
+from workbench.train import (
+    Callback,
+    Launch,
+    OptimizerConfig,
+    TrainConfig,
+    TrainControl,
+    Trainer,
+    WorkerFailed,
+    launch,
+    models,
+)
+
+SAMPLES = 240  # divisible by 2×8 and 3×8, so every rank's batches have the same size
+
+
+def _splits():
+    return split_dataset(load_dataset("regression", n_samples=SAMPLES), (1.0, 0.0, 0.0), seed=0)
+
+
+def _model():
+    torch.manual_seed(0)
+    return models.mlp(10, 1, hidden=(16,))
+
+
+def _config(**changes):
+    base = dict(epochs=1, batch_size=8, optimizer=OptimizerConfig("adam", lr=1e-2), log_every=1, seed=3)
+    return TrainConfig(**{**base, **changes})
+
+
+def _reference(nprocs: int, config: TrainConfig) -> torch.nn.Module:
+    """Single process, one step per concatenation of the ranks' batches of that step."""
+    model, train = _model(), _splits().train
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr)
+    loaders = []
+    for rank in range(nprocs):
+        loader = ShardedLoader(train, config.batch_size, rank=rank, world_size=nprocs, seed=config.seed)
+        loader.set_epoch(0)
+        loaders.append(loader)
+    for batches in zip(*loaders, strict=True):
+        x = torch.cat([x for x, _ in batches])
+        y = torch.cat([y for _, y in batches])
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return model
+
+
+def _train(strategy, config):
+    trainer = Trainer(_model(), torch.nn.functional.mse_loss, _splits(), config, strategy=strategy)
+    return {"step": trainer.fit().step, "rank": strategy.rank, "world": strategy.world_size}
+
+
+def _pids_gone(pids, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(pid) for pid in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _port_free(port):
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_ddp_equals_single_process_on_the_concatenated_batch(nprocs):
+    config = _config()
+    trained = _model()
+    result = launch(_train, nprocs, args=(config,), model=trained, threads_per_process=1, verbose=False)
+    assert result == {"step": SAMPLES // (8 * nprocs), "rank": 0, "world": nprocs}
+    reference = _reference(nprocs, config)
+    pairs = zip(trained.parameters(), reference.parameters(), strict=True)
+    differences = [(a - b).abs().max().item() for a, b in pairs]
+    assert max(differences) <= 1e-5, differences
+    assert (
+        max(differences) < (_model().state_dict()["1.weight"] - trained.state_dict()["1.weight"]).abs().max()
+    )
+
+
+def test_events_stream_per_rank_while_training_and_world_size_is_reported():
+    class Recorder(Callback):
+        def __init__(self):
+            self.starts, self.steps, self.ends = [], [], []
+
+        def on_fit_start(self, info):
+            self.starts.append(info)
+
+        def on_step(self, metrics):
+            self.steps.append((time.monotonic(), metrics))
+
+        def on_fit_end(self, summary):
+            self.ends.append((time.monotonic(), summary))
+
+    recorder = Recorder()
+    launch(_train, 2, args=(_config(epochs=2),), callbacks=[recorder], verbose=False)
+    (info,) = recorder.starts
+    assert info["world_size"] == 2 and info["launch"].startswith("2 processes (gloo, CPU")
+    assert "2 processes (gloo, cpu" in info["strategy"]
+    ranks = {m["rank"] for _, m in recorder.steps}
+    assert ranks == {0, 1}
+    for _, metrics in recorder.steps:
+        assert {"loss", "rank_loss", "samples_per_s", "lr"} <= metrics.keys()
+    # rank 0's and rank 1's logged steps agree on the all-ranks mean loss
+    by_step = {}
+    for _, m in recorder.steps:
+        by_step.setdefault(m["step"], []).append(m["loss"])
+    assert all(len(v) == 2 and v[0] == pytest.approx(v[1]) for v in by_step.values())
+    # events arrived during training, not all at the end
+    (end_time, summary), first_step = recorder.ends[0], recorder.steps[0][0]
+    assert summary["status"] == "finished" and first_step < end_time
+
+
+def test_launch_prints_world_size_and_devices(capsys):
+    launch(lambda strategy: None, 2)
+    assert "launch: 2 processes (gloo, CPU, 1 thread each) on 127.0.0.1:" in capsys.readouterr().out
+
+
+def test_control_stop_reaches_every_rank_at_the_same_step(tmp_path):
+    control = TrainControl()
+
+    class StopAtFive(Callback):
+        def on_step(self, metrics):
+            if metrics["step"] >= 5:
+                control.stop()
+
+    def train(strategy):
+        config = _config(epochs=50, log_every=1)
+        trainer = Trainer(
+            _model(), torch.nn.functional.mse_loss, _splits(), config, strategy=strategy, run="stop",
+            runs_dir=tmp_path,
+        )  # fmt: skip
+        result = trainer.fit()
+        return [(r.status, r.step) for r in strategy.gather_object(result)]
+
+    statuses = launch(train, 2, callbacks=[StopAtFive()], control=control, verbose=False)
+    assert statuses[0] == statuses[1] and statuses[0][0] == "stopped" and 5 <= statuses[0][1] < 50
+    assert (tmp_path / "stop" / "checkpoint.pt").is_file()
+
+
+def test_a_rank_that_raises_is_named_everyone_stops_and_launch_works_again(free_port):
+    port = free_port()
+
+    def fail_on_rank_1(strategy):
+        if strategy.rank == 1:
+            raise ValueError("bad shard on purpose")
+        torch.distributed.barrier()  # rank 0 waits for rank 1 forever; the launcher must end it
+
+    job = Launch(fail_on_rank_1, 2, port=port, verbose=False)
+    started = time.monotonic()
+    with pytest.raises(WorkerFailed, match=r"rank 1 of 2 failed: ValueError: bad shard on purpose") as info:
+        job.fit()
+    assert time.monotonic() - started < 30
+    assert info.value.rank == 1 and "Traceback" in str(info.value)
+    assert _pids_gone(job.pids) and _port_free(port)
+    assert job.fit.__self__ is job and Launch(lambda s: s.world_size, 2, port=port, verbose=False).fit() == 2
+
+
+def test_a_rank_killed_with_sigkill_is_named_within_30_seconds():
+    def train(strategy):
+        class KillRank1(Callback):
+            def on_step(self, metrics):
+                if strategy.rank == 1 and metrics["step"] == 3:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        trainer = Trainer(
+            _model(), torch.nn.functional.mse_loss, _splits(), _config(epochs=100), strategy=strategy,
+            callbacks=[KillRank1()],
+        )  # fmt: skip
+        trainer.fit()
+
+    job = Launch(train, 2, verbose=False)
+    started = time.monotonic()
+    with pytest.raises(WorkerFailed, match=r"rank 1 of 2 failed: killed by SIGKILL") as info:
+        job.fit()
+    assert time.monotonic() - started < 30
+    assert info.value.rank == 1
+    assert _pids_gone(job.pids)
+    assert launch(lambda s: s.rank, 2, verbose=False) == 0
+
+
+def test_interrupting_the_kernel_stops_every_worker_within_10_seconds():
+    class InterruptAtStep2(Callback):
+        def on_step(self, metrics):
+            if metrics["step"] == 2 and metrics["rank"] == 0:
+                os.kill(os.getpid(), signal.SIGINT)  # what Jupyter's "interrupt kernel" sends
+
+    job = Launch(_train, 2, args=(_config(epochs=1000),), callbacks=[InterruptAtStep2()], verbose=False)
+    with pytest.raises(KeyboardInterrupt):
+        job.fit()
+    interrupted = time.monotonic()
+    assert _pids_gone(job.pids, timeout=10)
+    assert time.monotonic() - interrupted < 10
+
+
+def test_the_trained_weights_need_a_wrapped_model():
+    with pytest.raises(RuntimeError, match="model= was given but rank 0 trained no model"):
+        launch(lambda strategy: None, 1, model=_model(), verbose=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"nprocs": 0}, "nprocs must be an integer ≥ 1, got 0"),
+        ({"nprocs": "2"}, "nprocs must be an integer ≥ 1"),
+        ({"backend": "mpi"}, "backend='mpi' is not supported; allowed values: 'gloo', 'nccl'"),
+        ({"threads_per_process": 0}, "threads_per_process must be an integer ≥ 1"),
+        ({"timeout_s": 0}, "timeout_s must be a finite number > 0"),
+        ({"port": 70000}, "port must be ≤ 65535"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, message):
+    arguments = {"nprocs": 2, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        Launch(lambda s: None, **arguments)
+
+
+def test_a_port_in_use_is_refused_before_starting():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(ValueError, match=f"port {port} on 127.0.0.1 is in use"):
+            Launch(lambda s: None, 2, port=port)
+
+
+def test_fn_must_be_callable_and_resume_is_up_to_fn():
+    with pytest.raises(ValueError, match="fn must be a function"):
+        Launch("train.py", 2)
+    with pytest.raises(ValueError, match="resuming is up to your function"):
+        Launch(lambda s: None, 2).fit(resume=True)
+
+
+def test_nccl_refuses_more_processes_than_gpus():
+    gpus = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"nprocs={gpus + 1} but torch sees {gpus} GPU"):
+        Launch(lambda s: None, gpus + 1, backend="nccl")
+
+
+def test_initialised_cuda_is_refused_with_the_fix(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match=r"CUDA is already initialised.*restart the kernel"):
+        launch(lambda s: None, 2, verbose=False)

@@ -1,0 +1,87 @@
+"""The same training entry points under torchrun: one node with 2 processes, and 2 nodes on loopback."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from workbench.train.strategy import DataParallel
+
+HERE = Path(__file__).parent
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _case():
+    spec = importlib.util.spec_from_file_location("torchrun_case", HERE / "torchrun_case.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _assert_ranks_match_reference(out: Path, world_size: int) -> None:
+    states = [torch.load(out / f"rank{rank}.pt") for rank in range(world_size)]
+    reference = _case().reference(world_size).state_dict()
+    for name, expected in reference.items():
+        for state in states:
+            assert (state[name] - expected).abs().max() <= 1e-5, name
+    assert not torch.equal(states[0]["1.weight"], _case().model().state_dict()["1.weight"])  # it trained
+
+
+def test_two_nodes_on_loopback_train_together_to_the_same_parameters(tmp_path, free_port):
+    port = free_port()
+    command = [
+        *TORCHRUN,
+        "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "loopback-test",
+        str(HERE / "torchrun_case.py"), str(tmp_path),
+    ]  # fmt: skip
+    nodes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+    try:
+        outputs = [node.communicate(timeout=240)[0].decode() for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    _assert_ranks_match_reference(tmp_path, world_size=2)
+
+
+def test_one_node_with_two_processes(tmp_path):
+    command = [
+        *TORCHRUN,
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(HERE / "torchrun_case.py"),
+        str(tmp_path),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _assert_ranks_match_reference(tmp_path, world_size=2)
+
+
+def test_workbench_train_runs_as_ranks_under_torchrun(tmp_path):
+    command = [
+        *TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "workbench", "train", "regression-linear",
+        "--strategy", "ddp", "--n-samples", "4000", "--epochs", "2", "--run-name", "tr",
+        "--runs-dir", str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("split  metric") == 1  # rank 0 prints, rank 1 stays quiet
+    assert "on 2 processes (gloo, cpu, 1 thread each)" in done.stdout
+    assert (tmp_path / "tr" / "checkpoint.pt").is_file()
+
+
+def test_from_env_outside_torchrun_names_the_missing_variables(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set"):
+        DataParallel.from_env()
+
+
+def test_data_parallel_without_a_process_group_says_how_to_get_one():
+    with pytest.raises(RuntimeError, match=r"launch\(fn, nprocs=N\), or under torchrun"):
+        DataParallel()

@@ -1,0 +1,54 @@
+"""A tiny data-parallel job for torchrun (started by test_torchrun.py): each rank saves its parameters.
+
+torchrun --nproc-per-node 2 tests/train/torchrun_case.py OUT_DIR
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+
+from workbench.data import ShardedLoader, load_dataset, split_dataset
+from workbench.train import DataParallel, OptimizerConfig, TrainConfig, Trainer, models
+
+CONFIG = TrainConfig(epochs=2, batch_size=8, optimizer=OptimizerConfig("adam", lr=1e-2), log_every=1, seed=5)
+
+
+def splits():
+    return split_dataset(load_dataset("regression", n_samples=160), (1.0, 0.0, 0.0), seed=0)
+
+
+def model():
+    torch.manual_seed(0)
+    return models.mlp(10, 1, hidden=(16,))
+
+
+def reference(world_size: int) -> torch.nn.Module:
+    """One process, one step per concatenation of the ranks' batches of that step."""
+    net, train = model(), splits().train
+    optimizer = torch.optim.Adam(net.parameters(), lr=CONFIG.optimizer.lr)
+    loaders = [
+        ShardedLoader(train, CONFIG.batch_size, rank=r, world_size=world_size, seed=CONFIG.seed)
+        for r in range(world_size)
+    ]
+    for epoch in range(CONFIG.epochs):
+        for loader in loaders:
+            loader.set_epoch(epoch)
+        for batches in zip(*loaders, strict=True):
+            x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            optimizer.step()
+    return net
+
+
+def main(out: Path) -> None:
+    strategy = DataParallel.from_env()
+    net = model()
+    Trainer(net, torch.nn.functional.mse_loss, splits(), CONFIG, strategy=strategy).fit()
+    torch.save(net.state_dict(), out / f"rank{strategy.rank}.pt")
+    strategy.close()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,423 @@
+"""Run a training function on N processes from a notebook cell: ``launch(fn, nprocs=2)``.
+
+Workers are forked (so functions defined in the notebook work), join a process group on a free port of
+127.0.0.1, and each calls ``fn(strategy, *args)`` with a ready `DataParallel`. While they run, their events
+(loss, throughput per rank, evaluations) stream back through pipes to the callbacks given here, e.g. a
+`Dashboard`, and the dashboard's pause/stop/lr requests go to the workers. When they finish, `launch`
+returns rank 0's return value and, with ``model=``, loads rank 0's trained weights into your model.
+
+If a worker raises or dies, the others are stopped and `WorkerFailed` names the rank and its error;
+interrupting the kernel stops every worker. No process, port or thread is left behind either way.
+
+    def train(strategy):
+        trainer = Trainer(model, loss_fn, splits, config, strategy=strategy)
+        return trainer.fit().metrics
+
+    metrics = launch(train, nprocs=2, model=model)     # `model` now holds the trained weights
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench._validate import check_choice, check_int, check_positive
+from workbench.train._worker import RESULT_FILE, WorkerSpec, run_worker
+from workbench.train.config import TrainConfig
+from workbench.train.control import TrainControl
+from workbench.train.events import Broadcast, Callback
+from workbench.train.strategy import BACKENDS, default_backend
+
+_POLL_S = 0.05
+_TERMINATE_GRACE_S = 3.0
+_COLLECT_ERRORS_S = 1.0  # after a failure, how long to wait for the other ranks' reports
+# Errors a rank raises because *another* rank went away; they are consequences, not causes.
+_CONSEQUENCES = ("Connection closed by peer", "Connection reset by peer", "DistBackendError", "Broken pipe")
+
+
+class WorkerFailed(RuntimeError):
+    """A worker raised or was killed; every worker has been stopped. ``rank`` is the first that failed."""
+
+    def __init__(self, message: str, rank: int) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+def launch(
+    fn: Callable[..., Any],
+    nprocs: int,
+    *,
+    args: Iterable[Any] = (),
+    model: torch.nn.Module | None = None,
+    callbacks: Iterable[Callback] = (),
+    control: TrainControl | None = None,
+    backend: str | None = None,
+    threads_per_process: int | None = None,
+    addr: str = "127.0.0.1",
+    port: int | None = None,
+    timeout_s: float = 1800,
+    verbose: bool = True,
+) -> Any:
+    """Run ``fn(strategy, *args)`` on `nprocs` forked processes; return rank 0's return value.
+
+    Args:
+        fn: the per-rank training function; its first argument is a `DataParallel` strategy (pass it to
+            ``Trainer(..., strategy=strategy)``). It may be defined in the notebook.
+        nprocs: processes (ranks), ≥ 1; on GPUs at most the number of GPUs (one each).
+        args: more arguments for `fn`.
+        model: a module to load rank 0's trained weights into (those of the model the trainer wrapped).
+        callbacks: receive every rank's ``on_step`` and rank 0's other events, in this process, live.
+        control: requests (pause, stop, lr, clipping) forwarded to the workers' trainers.
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPUs); default nccl when torch sees a GPU.
+        threads_per_process: torch threads per worker on CPU (default: CPU cores // nprocs, at least 1).
+        addr, port: the rendezvous address; the port defaults to a free one.
+        timeout_s: how long a collective waits for a missing rank before failing.
+        verbose: print one line saying what runs where (world size, backend, devices, port).
+
+    Raises:
+        WorkerFailed: a worker raised or died (the message names the rank and its error).
+        RuntimeError: CUDA is already initialised in this process (forked workers could not use it).
+        ValueError: bad arguments, e.g. nprocs < 1, more processes than GPUs, a port in use.
+
+    Example:
+        >>> def world(strategy, greeting):
+        ...     return f"{greeting} from rank {strategy.rank} of {strategy.world_size}"
+        >>> launch(world, nprocs=2, args=("hello",), verbose=False)
+        'hello from rank 0 of 2'
+    """
+    job = Launch(
+        fn,
+        nprocs,
+        args=args,
+        model=model,
+        callbacks=callbacks,
+        control=control,
+        backend=backend,
+        threads_per_process=threads_per_process,
+        addr=addr,
+        port=port,
+        timeout_s=timeout_s,
+        verbose=verbose,
+    )
+    return job.fit()
+
+
+class Launch:
+    """A distributed job that a `Dashboard` can drive like a `Trainer`: ``Dashboard(Launch(fn, 2))``.
+
+    Arguments as for `launch`; `config` (optional) only gives the dashboard its initial lr/clip fields.
+    `fit` runs the job (blocking) and returns rank 0's return value.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        nprocs: int,
+        *,
+        args: Iterable[Any] = (),
+        model: torch.nn.Module | None = None,
+        config: TrainConfig | None = None,
+        callbacks: Iterable[Callback] = (),
+        control: TrainControl | None = None,
+        backend: str | None = None,
+        threads_per_process: int | None = None,
+        addr: str = "127.0.0.1",
+        port: int | None = None,
+        timeout_s: float = 1800,
+        verbose: bool = True,
+    ) -> None:
+        if not callable(fn):
+            raise ValueError(f"fn must be a function taking the strategy first, got {fn!r}")
+        self.fn, self.args = fn, tuple(args)
+        self.nprocs = check_int("nprocs", nprocs, minimum=1)
+        self.backend = default_backend() if backend is None else backend
+        check_choice("backend", self.backend, BACKENDS)
+        if self.backend == "nccl" and nprocs > torch.cuda.device_count():
+            raise ValueError(
+                f"nprocs={nprocs} but torch sees {torch.cuda.device_count()} GPU(s) and nccl needs one "
+                f"per process; use nprocs ≤ {torch.cuda.device_count()}, or backend='gloo' for CPU processes"
+            )
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self.threads = (
+            max(1, cores // nprocs)
+            if threads_per_process is None
+            else check_int("threads_per_process", threads_per_process, minimum=1)
+        )
+        self.addr = addr
+        self.port = _check_port(addr, port)
+        self.timeout_s = check_positive("timeout_s", timeout_s)
+        self.model = model
+        self.config = config if config is not None else TrainConfig()
+        self.control = control if control is not None else TrainControl()
+        self.events = Broadcast(callbacks)
+        self.verbose = verbose
+        self.step = 0
+        self.total_steps = 0
+        self.pids: list[int] = []  # the workers of the current (or last) run
+
+    def add_callback(self, callback: Callback) -> None:
+        """Subscribe `callback` to the workers' events (a dashboard attaching itself)."""
+        self.events.callbacks.append(callback)
+
+    def describe(self, port: int | None = None) -> str:
+        """One line: world size, backend, devices and threads, rendezvous address."""
+        if self.backend == "nccl":
+            where = f"GPUs 0-{self.nprocs - 1}, one per process"
+        else:
+            where = f"CPU, {self.threads} thread{'s' if self.threads > 1 else ''} each"
+        port = port if port is not None else self.port
+        return f"{self.nprocs} processes ({self.backend}, {where}) on {self.addr}:{port or '(free port)'}"
+
+    def fit(self, resume: bool = False) -> Any:
+        """Start the workers, stream their events until they end, return rank 0's return value."""
+        if resume:
+            raise ValueError(
+                "Launch.fit(resume=True) is not supported: resuming is up to your function; call "
+                "trainer.fit(resume=True) inside it"
+            )
+        _refuse_initialised_cuda()
+        port = self.port if self.port is not None else free_port(self.addr)
+        if self.verbose:
+            print(f"launch: {self.describe(port)}", flush=True)
+        with tempfile.TemporaryDirectory(prefix="workbench-launch-") as result_dir:
+            spec = WorkerSpec(
+                self.fn,
+                self.args,
+                self.nprocs,
+                self.backend,
+                self.addr,
+                port,
+                self.threads,
+                self.timeout_s,
+                Path(result_dir),
+            )
+            _Supervisor(self, spec).run()
+            result = torch.load(Path(result_dir) / RESULT_FILE, weights_only=False)
+        if self.model is not None:
+            if result["state"] is None:
+                raise RuntimeError(
+                    "model= was given but rank 0 trained no model (nothing was wrapped by the strategy, "
+                    "e.g. no Trainer(..., strategy=strategy) ran); its weights cannot be returned"
+                )
+            self.model.load_state_dict(result["state"])
+        return result["value"]
+
+
+class _Supervisor:
+    """Starts the workers, relays events and control, and stops everyone on a failure or interrupt."""
+
+    def __init__(self, job: Launch, spec: WorkerSpec) -> None:
+        self.job, self.spec = job, spec
+        self.processes: list[multiprocessing.process.BaseProcess] = []
+        self.events: dict[Connection, int] = {}  # read end → rank
+        self.commands: Connection | None = None  # write end → rank 0
+        self.reports: dict[int, tuple[str, str, str]] = {}  # rank → (error type, message, traceback)
+        self.exited_at: dict[int, float] = {}
+        self._paused = False
+        self._stop_sent = False
+
+    def run(self) -> None:
+        self._start()
+        try:
+            self._watch()
+        except BaseException:
+            self._stop_workers()
+            raise
+        finally:
+            for connection in [*self.events, self.commands]:
+                if connection is not None:
+                    connection.close()
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("fork")
+        pipes = [context.Pipe(duplex=False) for _ in range(self.spec.world_size)]
+        command_read, command_write = context.Pipe(duplex=False)
+        everything = [end for pipe in pipes for end in pipe] + [command_read, command_write]
+        for rank, (_, write) in enumerate(pipes):
+            commands = command_read if rank == 0 else None
+            inherited = [c for c in everything if c is not write and c is not commands]
+            process = context.Process(
+                target=run_worker,
+                args=(rank, self.spec, write, commands, inherited),
+                name=f"workbench-rank{rank}",
+                daemon=True,
+            )
+            process.start()
+            self.processes.append(process)
+        self.job.pids = [p.pid for p in self.processes]
+        for read, write in pipes:
+            write.close()
+            self.events[read] = len(self.events)
+        command_read.close()
+        self.commands = command_write
+
+    def _watch(self) -> None:
+        open_pipes = list(self.events)
+        while True:
+            for connection in wait(open_pipes, timeout=_POLL_S):
+                if not self._receive(connection):
+                    open_pipes.remove(connection)
+            self._forward_control()
+            now = time.monotonic()
+            for rank, process in enumerate(self.processes):
+                if process.exitcode is not None and rank not in self.exited_at:
+                    self.exited_at[rank] = now
+            if any(p.exitcode not in (None, 0) for p in self.processes):
+                self._fail()
+            if all(p.exitcode == 0 for p in self.processes) and not open_pipes:
+                return
+
+    def _receive(self, connection: Connection) -> bool:
+        """Handle one message; False when the pipe is closed (the worker exited)."""
+        try:
+            message = connection.recv()
+        except (EOFError, OSError):
+            return False
+        kind, rank = message[0], self.events[connection]
+        if kind == "event":
+            _, hook, event = message
+            if hook == "on_step" or event.get("rank", rank) == 0:
+                self._relay(hook, event)
+        elif kind == "error":
+            self.reports[rank] = message[2:]
+        return True
+
+    def _relay(self, hook: str, event: dict[str, Any]) -> None:
+        if hook == "on_fit_start":
+            event = {**event, "launch": self.job.describe(self.spec.port)}
+            self.job.total_steps = event["total_steps"]
+        elif hook == "on_step" and event.get("rank", 0) == 0:
+            self.job.step = event["step"]
+        getattr(self.job.events, hook)(event)
+
+    def _forward_control(self) -> None:
+        control, commands = self.job.control, self.commands
+        if commands is None or self._stop_sent:
+            return
+        try:
+            if control.stop_requested:
+                commands.send(("stop",))
+                self._stop_sent = True
+                return
+            if control.paused != self._paused:
+                self._paused = control.paused
+                commands.send(("pause",) if self._paused else ("resume",))
+            changes = control.at_step_boundary(wait=0)
+            if changes.lr is not None:
+                commands.send(("lr", changes.lr))
+            if changes.clip_norm is not None or changes.clip_value is not None:
+                commands.send(("clipping", changes.clip_norm, changes.clip_value))
+        except (BrokenPipeError, OSError):  # rank 0 is gone; _watch reports why
+            self.commands = None
+
+    def _fail(self) -> None:
+        """Collect what the ranks report for a moment, stop them all, raise WorkerFailed."""
+        deadline = time.monotonic() + _COLLECT_ERRORS_S
+        open_pipes = [c for c in self.events if not c.closed]
+        while time.monotonic() < deadline and open_pipes:
+            for connection in wait(open_pipes, timeout=_POLL_S):
+                if not self._receive(connection):
+                    open_pipes.remove(connection)
+        for rank, process in enumerate(self.processes):
+            if process.exitcode is not None:
+                self.exited_at.setdefault(rank, time.monotonic())
+        self._stop_workers()
+        raise self._failure()
+
+    def _failure(self) -> WorkerFailed:
+        failed = [
+            r for r, p in enumerate(self.processes) if p.exitcode not in (None, 0) and r in self.exited_at
+        ]
+
+        def cause_first(rank: int) -> tuple[int, float, int]:
+            code = self.processes[rank].exitcode or 0
+            report = self.reports.get(rank)
+            consequence = report is not None and any(m in " ".join(report[:2]) for m in _CONSEQUENCES)
+            return (0 if code < 0 else 2 if consequence else 1, self.exited_at[rank], rank)
+
+        failed.sort(key=cause_first)
+        lines = [self._describe_exit(rank) for rank in failed]
+        first = failed[0]
+        message = f"rank {first} of {self.spec.world_size} failed: {lines[0]}"
+        if len(lines) > 1:
+            later = zip(failed[1:], lines[1:], strict=True)
+            message += "\nthen " + "\n".join(f"rank {rank}: {line}" for rank, line in later)
+        message += f"\nall {self.spec.world_size} workers were stopped; launch again when fixed"
+        report = self.reports.get(first)
+        if report is not None:
+            message += f"\n\nrank {first} traceback:\n{report[2]}"
+        return WorkerFailed(message, first)
+
+    def _describe_exit(self, rank: int) -> str:
+        code = self.processes[rank].exitcode or 0
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"killed by {name} (out of memory, or killed from outside?)"
+        report = self.reports.get(rank)
+        if report is not None:
+            return f"{report[0]}: {report[1]}"
+        return f"exited with code {code}"
+
+    def _stop_workers(self) -> None:
+        """SIGTERM every live worker, SIGKILL those still there after a grace period, reap them all."""
+        alive = [p for p in self.processes if p.exitcode is None]
+        for process in alive:
+            process.terminate()
+        deadline = time.monotonic() + _TERMINATE_GRACE_S
+        for process in alive:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in alive:
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+        for process in self.processes:
+            process.join()
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    """A TCP port on `addr` that is free right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind((addr, 0))
+        return sock.getsockname()[1]
+
+
+def _check_port(addr: str, port: int | None) -> int | None:
+    if port is None:
+        return None
+    check_int("port", port, minimum=1)
+    if port > 65535:
+        raise ValueError(f"port must be ≤ 65535, got {port}")
+    with socket.socket() as sock:
+        try:
+            sock.bind((addr, port))
+        except OSError as error:
+            raise ValueError(
+                f"port {port} on {addr} is in use ({error.strerror}); pick another or leave port=None "
+                "for a free one"
+            ) from None
+    return port
+
+
+def _refuse_initialised_cuda() -> None:
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise RuntimeError("launch forks its workers and this platform cannot fork; use torchrun instead")
+    if torch.cuda.is_initialized():
+        raise RuntimeError(
+            "CUDA is already initialised in this process (something ran on the GPU: a .cuda() call, a "
+            "tensor with device='cuda', torch.cuda.synchronize()...), and forked workers cannot use it. "
+            "Fix: restart the kernel and call launch() before anything touches the GPU; build models on "
+            "the CPU and let the Trainer move them inside the workers"
+        )
