@@ -10,6 +10,7 @@ workbench train digits-mlp --strategy ddp --nnodes 2 --master-addr HOST   print 
 torchrun --nproc-per-node 2 -m workbench train digits-mlp --strategy ddp  the same under torchrun
 workbench bench trainer           the Trainer and Dashboard against a hand-written loop (ratios)
 workbench bench hardware          memory bandwidth and matmul FLOP/s of this CPU and GPU (--full: larger)
+workbench bench ddp               throughput of 2 processes × 1 thread vs 1 × 1 (data-parallel speed-up)
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     hardware.add_argument("--repeats", type=int, default=5, help="timed runs of each measurement (median)")
     hardware.add_argument("--full", action="store_true", help="larger sizes: slower, closer to peak")
     hardware.set_defaults(command="bench hardware", run=_bench_hardware)
+    ddp = bench_commands.add_parser("ddp", help="data parallel: N processes vs 1 on a compute-bound MLP")
+    ddp.add_argument("--nprocs", type=int, default=2, help="processes of the parallel run (default 2)")
+    ddp.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    ddp.add_argument("--steps", type=int, default=20, help="training steps per run, warm-up included")
+    ddp.add_argument("--batch", type=int, default=1024, help="samples per rank per step")
+    ddp.set_defaults(command="bench ddp", run=_bench_ddp)
     return parser
 
 
@@ -274,6 +281,25 @@ def _bench_trainer(args: argparse.Namespace) -> int:
         return 2
     print(f"{result.steps} optimizer steps per run, median of {args.repeats} runs each")
     print(result.table())
+    return 0
+
+
+def _bench_ddp(args: argparse.Namespace) -> int:
+    from workbench.bench.data_parallel import benchmark_data_parallel
+
+    try:
+        result = benchmark_data_parallel(
+            nprocs=args.nprocs, threads=args.threads, steps=args.steps, batch_per_rank=args.batch
+        )
+    except ValueError as error:
+        print(f"workbench bench ddp: error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"MLP with {result.parameters:,} parameters, {result.batch_per_rank} samples per rank per step, "
+        f"{args.steps} steps (throughput after warm-up)"
+    )
+    print(result.table())
+    print(f"speed-up {result.speedup:.2f}× with {args.nprocs} processes (ideal {args.nprocs}×)")
     return 0
 
 

@@ -150,15 +150,35 @@ def test_optimizers_notebook_runs_in_the_browser_with_live_plots(lab, page):
     time.sleep(1.0)  # the last throttled widget messages
     page.screenshot(path=str(ARTIFACTS / "02_optimizers.png"), full_page=True)
     assert _errors_in_page(page) == []
+    _assert_dashboard_shows_what_the_kernel_holds(page, "02_optimizers")
+    plots = page.locator(".js-plotly-plot")
+    empty = plots.evaluate_all(EMPTY_PLOTS_JS)
+    assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
 
-    # The notebook prints what its Dashboard's plot holds: "points in the loss plot: {...}".
+
+def test_data_parallel_notebook_shows_every_rank_in_the_browser(lab, page):
+    _run_all_cells(page, lab, "03_data_parallel.ipynb", timeout_s=300)
+    time.sleep(1.0)
+    page.screenshot(path=str(ARTIFACTS / "03_data_parallel.png"), full_page=True)
+    assert _errors_in_page(page) == []
+    in_page = _assert_dashboard_shows_what_the_kernel_holds(page, "03_data_parallel")
+    assert {"digits-ddp rank 0", "digits-ddp rank 1"} <= in_page.keys()
+    placement = page.locator(".workbench-dashboard").inner_text()
+    assert "2 processes (gloo, CPU, 1 thread each)" in placement
+    plots = page.locator(".js-plotly-plot")
+    empty = plots.evaluate_all(EMPTY_PLOTS_JS)
+    assert plots.count() >= 3 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+
+
+def _assert_dashboard_shows_what_the_kernel_holds(page, name: str) -> dict[str, int]:
+    """The notebook prints its Dashboard plot's point counts; the page's plot must hold the same."""
     outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
     line = next(t for t in outputs if "points in the loss plot:" in t)
     expected = ast.literal_eval(line.split("points in the loss plot:", 1)[1].strip().splitlines()[0])
     dashboard = page.locator(".workbench-dashboard")
     assert dashboard.count() == 1, "the Dashboard widget is not in the page"
     dashboard.scroll_into_view_if_needed()
-    dashboard.screenshot(path=str(ARTIFACTS / "02_optimizers_dashboard.png"))
+    dashboard.screenshot(path=str(ARTIFACTS / f"{name}_dashboard.png"))
     in_page = dashboard.locator(".js-plotly-plot").first.evaluate(
         "plot => Object.fromEntries(plot.data.map(trace => [trace.name, trace.x.length]))"
     )
@@ -167,9 +187,7 @@ def test_optimizers_notebook_runs_in_the_browser_with_live_plots(lab, page):
 
     bar = dashboard.locator(".progress-bar").first.evaluate("bar => bar.style.width")
     assert bar == "100%", f"progress bar at {bar}"
-    plots = page.locator(".js-plotly-plot")
-    empty = plots.evaluate_all(EMPTY_PLOTS_JS)
-    assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+    return in_page
 
 
 def test_hardware_notebook_runs_in_the_browser_with_filled_widgets(lab, page):

@@ -1,0 +1,129 @@
+"""Does data parallel pay on this machine? Throughput of N processes × T threads vs 1 process × T threads.
+
+    workbench bench ddp                      # 2 processes × 1 thread vs 1 × 1, compute-bound MLP
+    workbench bench ddp --nprocs 2 --threads 1 --steps 30
+
+Both runs go through the product path: `launch` + `Trainer` + `DataParallel` (DDP over gloo on CPU),
+the same model, data and per-rank batch; only the number of processes differs. Throughput counts the
+samples of all ranks per second of steady-state training (after `warmup` steps), measured on rank 0 from
+the trainer's own step events. Ideal scaling is N×; the all-reduce of the gradients and the cores the
+processes share eat into it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional
+
+from workbench._validate import check_int
+from workbench.data import Dataset, Splits
+from workbench.tables import text_table
+from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer, launch, models
+from workbench.train.events import Event
+
+FEATURES, HIDDEN, CLASSES = 1024, (1024, 1024), 10
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """One configuration's steady-state speed."""
+
+    processes: int
+    threads: int
+    samples_per_s: float
+    seconds_per_step: float
+
+
+@dataclass(frozen=True)
+class DataParallelBenchmark:
+    """Results of `benchmark_data_parallel`: the baseline (1 process) and the data-parallel run."""
+
+    baseline: Throughput
+    parallel: Throughput
+    batch_per_rank: int
+    parameters: int
+
+    @property
+    def speedup(self) -> float:
+        """Samples/s of the parallel run over the baseline's (ideal: the number of processes)."""
+        return self.parallel.samples_per_s / self.baseline.samples_per_s
+
+    def table(self) -> str:
+        """The two runs and the speed-up as text."""
+        rows = [
+            [
+                f"{t.processes} process{'es' if t.processes > 1 else ''} × {t.threads} thread",
+                f"{t.samples_per_s:,.0f}",
+                f"{t.seconds_per_step * 1e3:.1f}",
+                f"{t.samples_per_s / self.baseline.samples_per_s:.2f}",
+            ]
+            for t in (self.baseline, self.parallel)
+        ]
+        return text_table(["run", "samples/s", "ms/step", "vs 1 process"], rows)
+
+
+class _StepClock(Callback):
+    """Rank 0's time at the first step after warm-up and at the last step."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.start: tuple[int, float] | None = None
+        self.end: tuple[int, float] | None = None
+
+    def on_step(self, metrics: Event) -> None:
+        now = time.perf_counter()
+        if metrics["step"] == self.warmup:
+            self.start = (metrics["step"], now)
+        self.end = (metrics["step"], now)
+
+
+def _synthetic_splits(samples: int, seed: int = 0) -> Splits:
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.randn(samples, FEATURES, generator=generator)
+    targets = torch.randint(0, CLASSES, (samples,), generator=generator)
+    train = Dataset("synthetic", features, targets, "classification", num_classes=CLASSES)
+    empty = train.subset(torch.arange(0))
+    return Splits(train, empty, empty)
+
+
+def _measure(strategy, splits: Splits, config: TrainConfig, warmup: int) -> tuple[float, float]:
+    """Runs in each worker: train, return (seconds, optimizer steps) after warm-up on rank 0."""
+    torch.manual_seed(0)
+    model = models.mlp(FEATURES, CLASSES, hidden=HIDDEN)
+    clock = _StepClock(warmup)
+    Trainer(model, functional.cross_entropy, splits, config, strategy=strategy, callbacks=[clock]).fit()
+    (start_step, started), (end_step, ended) = clock.start, clock.end
+    return ended - started, end_step - start_step
+
+
+def benchmark_data_parallel(
+    nprocs: int = 2, threads: int = 1, steps: int = 20, warmup: int = 3, batch_per_rank: int = 1024
+) -> DataParallelBenchmark:
+    """Time `steps` training steps with 1 process and with `nprocs` processes, `threads` threads each.
+
+    Example:
+        >>> result = benchmark_data_parallel(nprocs=2, steps=3, warmup=1, batch_per_rank=8)
+        >>> result.parallel.processes, result.baseline.processes, result.speedup > 0
+        (2, 1, True)
+    """
+    check_int("nprocs", nprocs, minimum=2)
+    check_int("threads", threads, minimum=1)
+    check_int("warmup", warmup, minimum=1)
+    check_int("steps", steps, minimum=warmup + 1)
+    check_int("batch_per_rank", batch_per_rank, minimum=1)
+    config = TrainConfig(
+        epochs=1, batch_size=batch_per_rank, optimizer=OptimizerConfig("sgd", lr=0.01), log_every=1
+    )
+    results = []
+    for processes in (1, nprocs):
+        splits = _synthetic_splits(batch_per_rank * processes * steps)
+        seconds, timed_steps = launch(
+            _measure, processes, args=(splits, config, warmup), threads_per_process=threads, verbose=False
+        )
+        samples = timed_steps * batch_per_rank * processes
+        results.append(Throughput(processes, threads, samples / seconds, seconds / timed_steps))
+    parameters = sum(p.numel() for p in models.mlp(FEATURES, CLASSES, hidden=HIDDEN).parameters())
+    return DataParallelBenchmark(results[0], results[1], batch_per_rank, parameters)
