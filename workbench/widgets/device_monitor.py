@@ -26,6 +26,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench._validate import check_positive
+from workbench.widgets._display import widget_bundle
 from workbench.widgets.throttle import Throttle
 
 Sample = dict[str, Any]
@@ -110,7 +111,11 @@ class DeviceMonitor:
         self.widget = widgets.VBox([self.summary, self.figure])
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+        return widget_bundle(self.widget, repr(self), **kwargs)
+
+    def __repr__(self) -> str:
+        shown = "a sample shown" if self._latest is not None else "no samples yet"
+        return f"DeviceMonitor(window {self.window_s:g} s, {shown})"
 
     def update(self, sample: Sample) -> None:
         """Add one sample (a sampler subscriber: ``sampler.subscribe(monitor.update)``)."""

@@ -31,6 +31,7 @@ from workbench.estimate import (
 )
 from workbench.estimate.hardware import Hardware, hardware_from_datasheet
 from workbench.tables import html_table
+from workbench.widgets._display import widget_bundle
 
 STRATEGIES = ("single", "ddp", "fsdp", "pipeline", "tensor")
 _COMPONENTS = ("params", "grads", "optimizer_state", "activations", "comm_buffers")
@@ -144,7 +145,12 @@ class Estimator:
         self.update()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+        return widget_bundle(self.widget, repr(self), **kwargs)
+
+    def __repr__(self) -> str:
+        result = self.estimate()
+        verdict = "fits" if result.fits else "does not fit"
+        return f"Estimator({result.strategy} on {result.devices} × {result.hardware.name}: {verdict})"
 
     def estimate(self, strategy: str | None = None, devices: int | None = None) -> Estimate:
         """The estimate at the current slider values (optionally another strategy or device count)."""

@@ -16,6 +16,7 @@ from workbench.devices import DeviceReport, GpuInfo, device_report
 from workbench.devices.datasheets import GpuDatasheet, find_datasheet
 from workbench.devices.microbench import HardwareBenchmark, benchmark_hardware
 from workbench.tables import html_table
+from workbench.widgets._display import widget_bundle
 
 COMPARISON_HEADERS = ("device", "figure", "measured", "datasheet", "measured / datasheet")
 # measured row name → (datasheet field, factor from datasheet units to the measured unit)
@@ -76,7 +77,12 @@ class HardwareInspector:
         self._draw()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+        return widget_bundle(self.widget, repr(self), **kwargs)
+
+    def __repr__(self) -> str:
+        measured = "not measured" if self.benchmark is None else "measured"
+        cores, gpus = self.report.cpu.logical_cores, len(self.report.gpus)
+        return f"HardwareInspector({cores} CPU cores, {gpus} GPUs, {measured})"
 
     def measure(self) -> HardwareBenchmark:
         """Run the quick microbenchmarks now and show them."""
