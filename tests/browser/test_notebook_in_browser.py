@@ -1,8 +1,9 @@
 """Run notebooks in JupyterLab in headless Chromium (Playwright) and check what a user would see.
 
 JupyterLab serves a temporary copy of ``notebooks/`` (so autosave never touches the repository). The test
-presses Run ▸ Run All Cells, waits for the last cell, then checks the page: no error outputs, the plotly loss
-plot of the Dashboard holds as many points as the notebook says, and the progress bar reached 100%.
+presses Run ▸ Run All Cells in every notebook, waits for the last cell, then checks the page: no errors,
+every plotly plot holds data, and where a notebook has a Dashboard, its loss plot holds as many points as the
+notebook says and the progress bar reached 100%.
 Screenshots go to ``artifacts/browser/``.
 
 Needs Debian's chromium (``CHROMIUM``, default ``/usr/bin/chromium``). Under ``make test`` (which installs it)
@@ -37,9 +38,13 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 TOKEN = "workbench-browser-test"
-# Plotly plots in the page whose traces hold no x values (numpy arrays arrive base64-encoded: {bdata, dtype}).
-EMPTY_PLOTS_JS = """plots => plots.filter(plot => !plot.data || plot.data.every(
-    trace => !trace.x || !(trace.x.length || (trace.x.bdata && trace.x.bdata.length)))).length"""
+# Plotly plots in the page with no trace holding values (x, y, z, pie values, or an image source); numpy
+# arrays arrive base64-encoded as {bdata, dtype}.
+EMPTY_PLOTS_JS = """plots => plots.filter(plot => {
+    const has = v => v && (v.length || (v.bdata && v.bdata.length));
+    const filled = t => has(t.x) || has(t.y) || has(t.z) || has(t.values) || has(t.source);
+    return !plot.data || !plot.data.some(filled);
+}).length"""
 
 
 def _chromium() -> str:
@@ -145,29 +150,48 @@ def _errors_in_page(page) -> list[str]:
     return [t for t in texts if re.search(r"Traceback|Error\b", t)]
 
 
-def test_optimizers_notebook_runs_in_the_browser_with_live_plots(lab, page):
-    _run_all_cells(page, lab, "02_optimizers.ipynb", timeout_s=600)
+NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_every_notebook_runs_in_the_browser_without_errors_and_with_filled_plots(lab, page, notebook):
+    _run_all_cells(page, lab, notebook, timeout_s=600)
     time.sleep(1.0)  # the last throttled widget messages
-    page.screenshot(path=str(ARTIFACTS / "02_optimizers.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / f"{Path(notebook).stem}.png"), full_page=True)
     assert _errors_in_page(page) == []
-    _assert_dashboard_shows_what_the_kernel_holds(page, "02_optimizers")
     plots = page.locator(".js-plotly-plot")
     empty = plots.evaluate_all(EMPTY_PLOTS_JS)
-    assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+    assert plots.count() >= MIN_PLOTS.get(notebook, 1), f"only {plots.count()} plotly plots in the page"
+    assert empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+    check = EXTRA_CHECKS.get(notebook)
+    if check is not None:
+        check(page)
 
 
-def test_data_parallel_notebook_shows_every_rank_in_the_browser(lab, page):
-    _run_all_cells(page, lab, "03_data_parallel.ipynb", timeout_s=300)
-    time.sleep(1.0)
-    page.screenshot(path=str(ARTIFACTS / "03_data_parallel.png"), full_page=True)
-    assert _errors_in_page(page) == []
+def _check_optimizers(page) -> None:
+    _assert_dashboard_shows_what_the_kernel_holds(page, "02_optimizers")
+
+
+def _check_data_parallel(page) -> None:
     in_page = _assert_dashboard_shows_what_the_kernel_holds(page, "03_data_parallel")
     assert {"digits-ddp rank 0", "digits-ddp rank 1"} <= in_page.keys()
     placement = page.locator(".workbench-dashboard").inner_text()
     assert "2 processes (gloo, CPU, 1 thread each)" in placement
-    plots = page.locator(".js-plotly-plot")
-    empty = plots.evaluate_all(EMPTY_PLOTS_JS)
-    assert plots.count() >= 3 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+
+
+def _check_hardware(page) -> None:
+    tables = page.locator(".jp-OutputArea-output table").all_inner_texts()
+    assert any("CPU matmul fp32" in t for t in tables), "the inspector shows no measurements"
+    assert any("total per device" in t for t in tables), "the estimator shows no answer"
+
+
+EXTRA_CHECKS = {
+    "02_optimizers.ipynb": _check_optimizers,
+    "03_data_parallel.ipynb": _check_data_parallel,
+    "06_hardware_and_estimates.ipynb": _check_hardware,
+}
+# plots each notebook shows at least (02: four loss plots; 06: inspector, memory, roofline, estimator)
+MIN_PLOTS = {"02_optimizers.ipynb": 4, "03_data_parallel.ipynb": 3, "06_hardware_and_estimates.ipynb": 4}
 
 
 def _assert_dashboard_shows_what_the_kernel_holds(page, name: str) -> dict[str, int]:
@@ -188,17 +212,3 @@ def _assert_dashboard_shows_what_the_kernel_holds(page, name: str) -> dict[str, 
     bar = dashboard.locator(".progress-bar").first.evaluate("bar => bar.style.width")
     assert bar == "100%", f"progress bar at {bar}"
     return in_page
-
-
-def test_hardware_notebook_runs_in_the_browser_with_filled_widgets(lab, page):
-    _run_all_cells(page, lab, "06_hardware_and_estimates.ipynb", timeout_s=300)
-    time.sleep(1.0)
-    page.screenshot(path=str(ARTIFACTS / "06_hardware_and_estimates.png"), full_page=True)
-    assert _errors_in_page(page) == []
-    plots = page.locator(".js-plotly-plot")
-    empty = plots.evaluate_all(EMPTY_PLOTS_JS)
-    # inspector chart, memory levels, roofline, estimator chart
-    assert plots.count() >= 4 and empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
-    tables = page.locator(".jp-OutputArea-output table").all_inner_texts()
-    assert any("CPU matmul fp32" in t for t in tables), "the inspector shows no measurements"
-    assert any("total per device" in t for t in tables), "the estimator shows no answer"
