@@ -10,6 +10,7 @@ workbench train digits-mlp --strategy ddp --nnodes 2 --master-addr HOST   print 
 torchrun --nproc-per-node 2 -m workbench train digits-mlp --strategy ddp  the same under torchrun
 workbench bench trainer           the Trainer and Dashboard against a hand-written loop (ratios)
 workbench bench hardware          memory bandwidth and matmul FLOP/s of this CPU and GPU (--full: larger)
+workbench bench kernels           numba kernels against torch/cuBLAS on a GPU (--full: 4096³, 100M params)
 workbench bench ddp               throughput of 2 processes × 1 thread vs 1 × 1 (data-parallel speed-up)
 """
 
@@ -70,11 +71,15 @@ def _parser() -> argparse.ArgumentParser:
     hardware.add_argument("--repeats", type=int, default=5, help="timed runs of each measurement (median)")
     hardware.add_argument("--full", action="store_true", help="larger sizes: slower, closer to peak")
     hardware.set_defaults(command="bench hardware", run=_bench_hardware)
+    kernels = bench_commands.add_parser("kernels", help="numba kernels against torch (GPU; says so without)")
+    kernels.add_argument("--repeats", type=int, default=5, help="timed samples per measurement (median)")
+    kernels.add_argument("--full", action="store_true", help="matmul 4096³, 100M-parameter Adam and clipping")
+    kernels.set_defaults(command="bench kernels", run=_bench_kernels)
     ddp = bench_commands.add_parser("ddp", help="data parallel: N processes vs 1 on a compute-bound MLP")
     ddp.add_argument("--nprocs", type=int, default=2, help="processes of the parallel run (default 2)")
     ddp.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
-    ddp.add_argument("--steps", type=int, default=20, help="training steps per run, warm-up included")
-    ddp.add_argument("--batch", type=int, default=1024, help="samples per rank per step")
+    ddp.add_argument("--steps", type=int, default=15, help="training steps per run, warm-up included")
+    ddp.add_argument("--batch", type=int, default=2048, help="samples per rank per step")
     ddp.set_defaults(command="bench ddp", run=_bench_ddp)
     return parser
 
@@ -282,6 +287,12 @@ def _bench_trainer(args: argparse.Namespace) -> int:
     print(f"{result.steps} optimizer steps per run, median of {args.repeats} runs each")
     print(result.table())
     return 0
+
+
+def _bench_kernels(args: argparse.Namespace) -> int:
+    from workbench.bench.kernels import main as bench_kernels
+
+    return bench_kernels(["--repeats", str(args.repeats), *(["--full"] if args.full else [])])
 
 
 def _bench_ddp(args: argparse.Namespace) -> int:

@@ -41,7 +41,7 @@ def test_configure_numba_applies_the_auto_choice_before_numba_cuda_is_imported()
         "from workbench.devices import configure_numba, cuda_driver_found\n"
         "backend = configure_numba()\n"
         "from numba import cuda\n"
-        "print(backend.simulator, 'numba.cuda.simulator' in sys.modules, cuda_driver_found(), "
+        "print(backend.simulator, bool(cuda.config.ENABLE_CUDASIM), cuda_driver_found(), "
         "os.environ['NUMBA_ENABLE_CUDASIM'])\n"
     )
     done = _run(code)

@@ -1,4 +1,4 @@
-"""Every widget shows a stable plain-text line (what nbval compares and consoles print), not widget internals."""
+"""Every widget shows a stable plain-text line (what nbval compares, what consoles print)."""
 
 import torch
 

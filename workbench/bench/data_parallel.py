@@ -66,7 +66,7 @@ class DataParallelBenchmark:
 
 
 class _StepClock(Callback):
-    """Rank 0's time at the first step after warm-up and at the last step."""
+    """Rank 0's time at the end of the warm-up (the first logged step) and at the last step."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
@@ -100,7 +100,7 @@ def _measure(strategy, splits: Splits, config: TrainConfig, warmup: int) -> tupl
 
 
 def benchmark_data_parallel(
-    nprocs: int = 2, threads: int = 1, steps: int = 20, warmup: int = 3, batch_per_rank: int = 1024
+    nprocs: int = 2, threads: int = 1, steps: int = 15, warmup: int = 3, batch_per_rank: int = 2048
 ) -> DataParallelBenchmark:
     """Time `steps` training steps with 1 process and with `nprocs` processes, `threads` threads each.
 
@@ -115,7 +115,7 @@ def benchmark_data_parallel(
     check_int("steps", steps, minimum=warmup + 1)
     check_int("batch_per_rank", batch_per_rank, minimum=1)
     config = TrainConfig(
-        epochs=1, batch_size=batch_per_rank, optimizer=OptimizerConfig("sgd", lr=0.01), log_every=1
+        epochs=1, batch_size=batch_per_rank, optimizer=OptimizerConfig("sgd", lr=0.01), log_every=warmup
     )
     results = []
     for processes in (1, nprocs):

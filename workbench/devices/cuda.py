@@ -95,7 +95,9 @@ def configure_numba(simulator: bool | None = None) -> NumbaBackend:
     else:
         backend = NumbaBackend(bool(simulator), "chosen by the caller")
     if "numba.cuda" in sys.modules:
-        in_effect = "numba.cuda.simulator" in sys.modules
+        # numba.cuda read NUMBA_ENABLE_CUDASIM when it was imported; its config keeps that choice (the
+        # numba.cuda.simulator module itself is imported on the GPU too, so its presence says nothing)
+        in_effect = bool(sys.modules["numba.cuda"].config.ENABLE_CUDASIM)
         if in_effect != backend.simulator:
             have, want = ("simulator", "GPU") if in_effect else ("GPU", "simulator")
             raise RuntimeError(

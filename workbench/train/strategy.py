@@ -175,7 +175,10 @@ class DataParallel:
         """DDP around `model` (already on `device`); parameters are broadcast from rank 0."""
         self.module = model
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+        # gradients live in the all-reduce buckets (no copy in and out of them each step)
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=device_ids, gradient_as_bucket_view=True
+        )
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model

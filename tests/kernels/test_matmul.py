@@ -1,0 +1,76 @@
+"""The three matmul kernels against the float64 spec on odd shapes, in every transposed form."""
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.kernels import matmul, matmul_spec
+
+# Small launches so that 17×23 @ 23×9 spans several blocks with ragged edges on the simulator.
+LAUNCHES = {"naive": {"block": 4}, "tiled": {"block": 4}, "register": {"block": 2, "per_thread": 2}}
+
+
+def _operands(rng, m, k, n, transpose_a, transpose_b):
+    a = rng.standard_normal((k, m) if transpose_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32)
+    return a, b
+
+
+@pytest.mark.parametrize("method", ["naive", "tiled", "register"])
+@pytest.mark.parametrize(
+    ("transpose_a", "transpose_b"), [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_odd_shapes_match_the_spec(rng, assert_close, method, transpose_a, transpose_b):
+    a, b = _operands(rng, 17, 23, 9, transpose_a, transpose_b)
+    got = matmul(a, b, method=method, transpose_a=transpose_a, transpose_b=transpose_b, **LAUNCHES[method])
+    assert got.shape == (17, 9) and got.dtype == np.float32
+    assert_close(got, matmul_spec(a, b, transpose_a=transpose_a, transpose_b=transpose_b))
+
+
+@pytest.mark.parametrize("method", ["naive", "tiled", "register"])
+def test_default_launch_and_torch_tensors(rng, assert_close, device, method):
+    a, b = _operands(rng, 5, 7, 3, False, True)
+    ta, tb = torch.from_numpy(a).to(device), torch.from_numpy(b).to(device)
+    got = matmul(ta, tb, method=method, transpose_b=True)
+    assert isinstance(got, torch.Tensor) and got.device == ta.device and got.dtype == torch.float32
+    assert_close(got, (ta.double() @ tb.double().T))
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (1, 5, 1), (3, 1, 2)])
+def test_degenerate_shapes(rng, assert_close, m, k, n):
+    a, b = _operands(rng, m, k, n, False, False)
+    assert_close(matmul(a, b), matmul_spec(a, b))
+
+
+def test_mismatched_inner_dimensions_name_both_shapes():
+    a, b = np.ones((3, 4), np.float32), np.ones((5, 2), np.float32)
+    with pytest.raises(ValueError, match=r"a is 3×4 \(a.shape \(3, 4\)\), b is 5×2 \(b.shape \(5, 2\)\)"):
+        matmul(a, b)
+    with pytest.raises(ValueError, match="aᵀ is 4×3"):
+        matmul(a, b, transpose_a=True)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"method": "strassen"}, "method='strassen' is not supported; allowed values: 'register', 'tiled'"),
+        ({"block": 0}, "block must be an integer from 1 to 32"),
+        ({"block": 33}, "block must be an integer from 1 to 32"),
+        ({"method": "tiled", "per_thread": 2}, "per_thread applies to method='register' only"),
+        ({"per_thread": 0}, "per_thread must be an integer ≥ 1"),
+        ({"per_thread": 9}, "per_thread must be at most 8"),
+        ({"block": 32, "per_thread": 8}, "block=32 with per_thread=8 needs 65,792 bytes of shared memory"),
+    ],
+)
+def test_bad_launch_options_are_named(options, message):
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match=message):
+        matmul(a, a, **options)
+
+
+def test_operands_must_be_float32_matrices():
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(TypeError, match="b has dtype float64; allowed dtypes: float32"):
+        matmul(a, np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"a must be 2-D, got shape \(4,\)"):
+        matmul(np.ones(4, np.float32), a)

@@ -1,0 +1,189 @@
+"""FusedSGD and FusedAdam against torch.optim, their state dicts, and training through the Trainer."""
+
+import copy
+import types
+
+import pytest
+import torch
+from torch import nn
+
+from workbench.kernels import FusedAdam, FusedSGD, fused_optimizer_factory
+from workbench.train import OptimizerConfig, Trainer, build_experiment
+
+
+def _model(device):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2)).to(device)
+
+
+def _train(model, optimizer, device, steps=5, lr_change=None):
+    generator = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        x = torch.randn(4, 3, generator=generator).to(device)
+        optimizer.zero_grad()
+        model(x).square().mean().backward()
+        if lr_change is not None and step == 2:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_change
+        optimizer.step()
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "options"),
+    [
+        (FusedSGD, torch.optim.SGD, {"lr": 0.1}),
+        (FusedSGD, torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+        (FusedAdam, torch.optim.Adam, {"lr": 0.01, "weight_decay": 0.1}),
+        (FusedAdam, torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1}),
+    ],
+)
+def test_five_steps_match_torch_optim(assert_close, device, ours, theirs, options):
+    extra = {"decoupled": True} if theirs is torch.optim.AdamW else {}
+    model, twin = _model(device), _model(device)
+    _train(model, ours(model.parameters(), **options, **extra), device, lr_change=0.03)
+    _train(twin, theirs(twin.parameters(), **options), device, lr_change=0.03)  # lr read at every step
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert_close(p, q)
+
+
+def test_param_groups_keep_their_own_lr(assert_close, device):
+    model, twin = _model(device), _model(device)
+    groups = [{"params": model[0].parameters(), "lr": 0.1}, {"params": model[2].parameters()}]
+    twin_groups = [{"params": twin[0].parameters(), "lr": 0.1}, {"params": twin[2].parameters()}]
+    _train(model, FusedSGD(groups, lr=0.01, momentum=0.5), device)
+    _train(twin, torch.optim.SGD(twin_groups, lr=0.01, momentum=0.5), device)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert_close(p, q)
+
+
+def test_state_dict_round_trip_and_torch_compatibility(assert_close, device):
+    model = _model(device)
+    optimizer = FusedAdam(model.parameters(), lr=0.01)
+    _train(model, optimizer, device, steps=2)
+    state = copy.deepcopy(optimizer.state_dict())  # as a checkpoint saved and loaded would hold it
+    assert sorted(state["state"][0]) == ["exp_avg", "exp_avg_sq", "step"]
+    assert float(state["state"][0]["step"]) == 2.0
+    twin = _model(device)
+    twin.load_state_dict(model.state_dict())
+    resumed = FusedAdam(twin.parameters(), lr=0.01)
+    resumed.load_state_dict(state)
+    _train(model, optimizer, device, steps=3)
+    _train(twin, resumed, device, steps=3)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(p, q)
+    reference = torch.optim.Adam(_model(device).parameters(), lr=0.01)
+    reference.load_state_dict(state)  # the same layout as torch.optim.Adam
+    assert_close(reference.state_dict()["state"][1]["exp_avg"], state["state"][1]["exp_avg"])
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "options"),
+    [
+        (FusedAdam, torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1}),
+        (FusedSGD, torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
+    ],
+)
+def test_a_torch_optimizer_state_dict_continues_in_the_fused_one(assert_close, device, ours, theirs, options):
+    model = _model(device)
+    reference = theirs(model.parameters(), **options)
+    _train(model, reference, device, steps=2)
+    twin = _model(device)
+    twin.load_state_dict(model.state_dict())
+    fused = ours(twin.parameters(), lr=1.0)  # everything but the parameters comes from the state dict
+    fused.load_state_dict(copy.deepcopy(reference.state_dict()))
+    _train(model, reference, device, steps=3)
+    _train(twin, fused, device, steps=3)
+    for p, q in zip(twin.parameters(), model.parameters(), strict=True):
+        assert_close(p, q)
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "option"),
+    [(FusedAdam, torch.optim.Adam, "amsgrad"), (FusedSGD, torch.optim.SGD, "dampening")],
+)
+def test_loading_an_unsupported_option_is_refused(ours, theirs, option):
+    options = {"amsgrad": True} if option == "amsgrad" else {"momentum": 0.9, "dampening": 0.5}
+    state = theirs(nn.Linear(2, 1).parameters(), lr=0.1, **options).state_dict()
+    with pytest.raises(ValueError, match=f"{ours.__name__} does not support {option}="):
+        ours(nn.Linear(2, 1).parameters()).load_state_dict(state)
+
+
+def test_closure_is_called_with_gradients_enabled(device):
+    model = _model(device)
+    optimizer = FusedSGD(model.parameters(), lr=0.1)
+    x = torch.ones(2, 3, device=device)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        return loss
+
+    assert isinstance(optimizer.step(closure), torch.Tensor)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected", "defaults"),
+    [
+        (OptimizerConfig("sgd", lr=0.1, momentum=0.9, nesterov=True), FusedSGD, {"nesterov": True}),
+        (OptimizerConfig("adam", lr=1e-3, weight_decay=0.1), FusedAdam, {"decoupled": False}),
+        (
+            OptimizerConfig("adamw", lr=1e-3, betas=(0.8, 0.99)),
+            FusedAdam,
+            {"decoupled": True, "betas": (0.8, 0.99)},
+        ),
+    ],
+)
+def test_factory_maps_the_optimizer_config(config, expected, defaults):
+    optimizer = fused_optimizer_factory(nn.Linear(2, 1).parameters(), config)
+    assert type(optimizer) is expected and optimizer.defaults["lr"] == config.lr
+    assert optimizer.defaults["weight_decay"] == config.weight_decay
+    assert {key: optimizer.defaults[key] for key in defaults} == defaults
+
+
+def test_trainer_trains_with_the_fused_optimizer(tmp_path, device):
+    experiment = build_experiment(
+        "regression-linear",
+        n_samples=160,
+        epochs=2,
+        batch_size=32,
+        optimizer="adam",
+        lr=0.1,
+        device=device.type,
+    )
+    trainer = Trainer(
+        experiment.model,
+        experiment.loss_fn,
+        experiment.splits,
+        experiment.config,
+        optimizer_factory=fused_optimizer_factory,
+        run="fused",
+        runs_dir=tmp_path,
+    )
+    assert isinstance(trainer.optimizer, FusedAdam)
+    before = trainer.evaluate("val")["loss"]
+    result = trainer.fit()
+    assert result.status == "finished" and result.step == 8
+    assert result.metrics["val"]["loss"] < 0.5 * before
+    assert (tmp_path / "fused" / "checkpoint.pt").exists()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: FusedSGD(p, lr=-0.1), "lr must be a number ≥ 0"),
+        (lambda p: FusedSGD(p, momentum=-1), "momentum must be a number ≥ 0"),
+        (lambda p: FusedSGD(p, weight_decay=-1), "weight_decay must be a number ≥ 0"),
+        (lambda p: FusedSGD(p, nesterov=True), "nesterov=True needs momentum > 0"),
+        (lambda p: FusedAdam(p, eps=-1), "eps must be a number ≥ 0"),
+        (lambda p: FusedAdam(p, betas=(0.9,)), r"betas must be a pair \(beta1, beta2\)"),
+        (lambda p: FusedAdam(p, betas=(0.9, 1.0)), r"betas\[1\] must be in \[0, 1\), got 1.0"),
+        (
+            lambda p: fused_optimizer_factory(p, types.SimpleNamespace(name="rmsprop")),
+            "optimizer_config.name='rmsprop' is not supported; allowed values: 'sgd', 'adam', 'adamw'",
+        ),
+    ],
+)
+def test_bad_hyperparameters_are_named(make, message):
+    with pytest.raises(ValueError, match=message):
+        make(nn.Linear(2, 1).parameters())

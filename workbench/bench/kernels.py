@@ -1,0 +1,376 @@
+"""The numba kernels of `workbench.kernels` against their torch counterparts, on this machine's GPU.
+
+    workbench bench kernels             # quick sizes: matmul 2048³, 10M-parameter Adam and clipping
+    workbench bench kernels --full      # matmul 4096³, Adam and clipping over 100M parameters
+
+Each kernel and its torch counterpart run on the same data: warm-up, then ``repeats`` samples timed with
+CUDA events (several calls each), the median reported as GFLOP/s (matmul) or GB/s (the rest: the bytes each
+call must move at least), with our/torch ratio and the fraction of this device's measured peak: a large
+device-to-device copy for bandwidth and a large cuBLAS fp32 matmul (TF32 off) for FLOP/s, both from
+:func:`workbench.devices.microbench.benchmark_hardware`.
+
+Counterparts: ``torch.mm`` in IEEE fp32 (TF32 off, the previous setting restored after); ``torch.sum`` and
+``torch.linalg.vector_norm`` (read back with ``.item()``, as our reductions return a Python float);
+``torch.optim.SGD``/``Adam`` with ``fused=True``; ``clip_grad_norm_(foreach=True)`` (read back likewise);
+``F.cross_entropy``.
+
+Without a CUDA GPU (or with numba on its CPU simulator) nothing is run: the result's table says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional
+
+from workbench._validate import check_int
+from workbench.tables import html_table, text_table
+
+MILLION = 1_000_000
+# quick / full sizes: matmul n, vector length (sum, norm), parameters (SGD, Adam, clipping), (rows, classes)
+_SIZES = {
+    True: {"matmul": 2048, "vector": 16 * MILLION, "params": 10 * MILLION, "xent": (4096, 1000)},
+    False: {"matmul": 4096, "vector": 100 * MILLION, "params": 100 * MILLION, "xent": (32768, 1000)},
+}
+_CLIP_TENSORS = 10  # clipping runs over this many equal gradient tensors
+_INNER = 3  # calls per CUDA-event sample
+_HEADERS = ("kernel", "size", "ours", "torch", "unit", "ours/torch", "of peak", "torch counterpart")
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One kernel against its torch counterpart: median seconds per call, and the work one call does."""
+
+    name: str
+    size: str
+    counterpart: str
+    ours_s: float
+    torch_s: float
+    flops: float
+    bytes: float
+    unit: str  # "GFLOP/s" (compute-bound: rate = flops/s) or "GB/s" (memory-bound: bytes/s)
+    peak: float | None = None  # the device's measured peak in `unit`
+
+    def _work(self) -> float:
+        return self.flops if self.unit == "GFLOP/s" else self.bytes
+
+    @property
+    def ours(self) -> float:
+        """Our rate in `unit`."""
+        return self._work() / self.ours_s / 1e9
+
+    @property
+    def torch(self) -> float:
+        """torch's rate in `unit`."""
+        return self._work() / self.torch_s / 1e9
+
+    @property
+    def ratio(self) -> float:
+        """Our rate / torch's (1.0: as fast; 0.5: half as fast)."""
+        return self.torch_s / self.ours_s
+
+    @property
+    def of_peak(self) -> float | None:
+        """Our rate as a fraction of the device's measured peak, if known."""
+        return None if not self.peak else self.ours / self.peak
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOP per byte moved (the x axis of a roofline)."""
+        return self.flops / self.bytes
+
+    def cells(self) -> list[str]:
+        share = "" if self.of_peak is None else f"{100 * self.of_peak:.0f}%"
+        return [
+            self.name,
+            self.size,
+            _rate(self.ours),
+            _rate(self.torch),
+            self.unit,
+            f"{self.ratio:.2f}",
+            share,
+            self.counterpart,
+        ]
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _count(n: int) -> str:
+    return f"{n / MILLION:g}M" if n >= MILLION else f"{n:,}"
+
+
+@dataclass(frozen=True)
+class KernelBenchmark:
+    """Results of :func:`benchmark_kernels`; ``reason`` says why nothing ran (no CUDA GPU), else None."""
+
+    rows: tuple[KernelRow, ...]
+    gpu: str | None
+    reason: str | None
+    peak_gbs: float | None
+    peak_gflops: float | None
+    quick: bool
+    seconds: float
+
+    def table(self) -> str:
+        """The rows as a text table, or the reason nothing was measured."""
+        if self.reason is not None:
+            return f"no CUDA GPU: {self.reason}"
+        return text_table(_HEADERS, [row.cells() for row in self.rows]) + "\n" + self._peaks()
+
+    def _peaks(self) -> str:
+        gbs = "not measured" if self.peak_gbs is None else f"{self.peak_gbs:,.0f} GB/s"
+        gflops = "not measured" if self.peak_gflops is None else f"{self.peak_gflops:,.0f} GFLOP/s"
+        return f"device peaks (measured): copy {gbs}, fp32 matmul {gflops}"
+
+    def _repr_html_(self) -> str:
+        mode = "quick" if self.quick else "full"
+        if self.reason is not None:
+            return html_table(("result",), [[self.table()]], caption=f"Kernel benchmark ({mode})")
+        caption = f"Kernel benchmark on {self.gpu} ({mode}, {self.seconds:.1f} s); {self._peaks()}"
+        return html_table(_HEADERS, [row.cells() for row in self.rows], caption=caption)
+
+
+def benchmark_kernels(quick: bool = True, repeats: int = 5) -> KernelBenchmark:
+    """Time every kernel against its torch counterpart on the GPU (see the module docstring).
+
+    Args:
+        quick: matmul 2048³ and 10M-parameter optimizers/clipping; False: 4096³ and 100M.
+        repeats: timed samples per measurement after a warm-up, ≥ 1; the median is reported.
+
+    Raises:
+        ValueError: `repeats` is not an integer ≥ 1.
+
+    Example:
+        >>> result = benchmark_kernels(repeats=1)  # doctest: +SKIP
+        >>> print(result.table())  # doctest: +SKIP
+        kernel           size   ours    torch   unit     ours/torch  of peak  torch counterpart
+        ...
+    """
+    check_int("repeats", repeats, minimum=1)
+    started = time.perf_counter()
+    reason = no_gpu_reason()
+    if reason is not None:
+        return KernelBenchmark((), None, reason, None, None, quick, time.perf_counter() - started)
+    from workbench.devices.microbench import benchmark_hardware
+
+    hardware = benchmark_hardware(repeats=repeats, quick=quick, device="cuda")
+    peak_gbs = hardware.as_dict().get("device→device copy")
+    peak_tflops = hardware.as_dict().get("GPU matmul fp32")
+    peak_gflops = None if peak_tflops is None else peak_tflops * 1e3
+    rows = tuple(_gpu_rows(quick, repeats, peak_gbs, peak_gflops))
+    torch.cuda.empty_cache()
+    seconds = time.perf_counter() - started
+    return KernelBenchmark(rows, torch.cuda.get_device_name(), None, peak_gbs, peak_gflops, quick, seconds)
+
+
+def no_gpu_reason() -> str | None:
+    """Why the kernels cannot be benchmarked on a GPU here, or None when they can (imports no numba)."""
+    if not torch.cuda.is_available():
+        build = f" (CPU-only torch build {torch.__version__})" if torch.version.cuda is None else ""
+        return f"torch.cuda.is_available() is False{build}"
+    from workbench.devices import choose_numba_backend
+
+    if "numba.cuda" in sys.modules:
+        from workbench.kernels._numba import on_simulator
+
+        if on_simulator():
+            return "numba.cuda was imported on its CPU simulator; restart without NUMBA_ENABLE_CUDASIM=1"
+        return None
+    backend = choose_numba_backend()
+    if backend.simulator:
+        return f"numba would run on its CPU simulator ({backend.reason})"
+    return None
+
+
+def _gpu_seconds(run: Callable[[], object], repeats: int) -> float:
+    """Median seconds per call of `run` from CUDA events on the current stream, after a warm-up."""
+    for _ in range(_INNER):
+        run()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(_INNER):
+            run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / _INNER)
+    return statistics.median(samples)
+
+
+Measure = Callable[..., KernelRow]  # measure(name, size, counterpart, ours, theirs, flops, bytes, unit)
+
+
+@contextmanager
+def _ieee_fp32_matmuls() -> Iterator[None]:
+    """torch fp32 matmuls without TF32 inside, the previous precision restored after."""
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+def _gpu_rows(
+    quick: bool, repeats: int, peak_gbs: float | None, peak_gflops: float | None
+) -> Iterator[KernelRow]:
+    """Each group builds its tensors, measures, and frees them before the next (100M parameters are big)."""
+    sizes = _SIZES[quick]
+    device = torch.device("cuda", torch.cuda.current_device())
+    generator = torch.Generator(device).manual_seed(0)
+
+    def measure(name, size, counterpart, ours, theirs, flops, moved, unit) -> KernelRow:
+        peak = peak_gflops if unit == "GFLOP/s" else peak_gbs
+        ours_s, torch_s = _gpu_seconds(ours, repeats), _gpu_seconds(theirs, repeats)
+        return KernelRow(name, size, counterpart, ours_s, torch_s, flops, moved, unit, peak)
+
+    yield from _matmul_rows(measure, sizes["matmul"], device, generator)
+    yield from _reduction_rows(measure, sizes["vector"], device, generator)
+    yield from _optimizer_rows(measure, sizes["params"], device, generator)
+    yield from _clip_rows(measure, sizes["params"], device, generator)
+    yield from _xent_rows(measure, *sizes["xent"], device, generator)
+
+
+def _matmul_rows(measure: Measure, n: int, device: torch.device, generator: torch.Generator):
+    from workbench.kernels import matmul
+
+    a, b = (torch.randn(n, n, device=device, generator=generator) for _ in range(2))
+    flops, moved = 2 * n**3, 3 * 4 * n**2  # each matrix read or written once at least
+    with _ieee_fp32_matmuls():
+        for label, method, transpose_a, transpose_b in (
+            ("matmul naive", "naive", False, False),
+            ("matmul tiled", "tiled", False, False),
+            ("matmul register", "register", False, False),
+            ("matmul register Aᵀ@B", "register", True, False),
+            ("matmul register A@Bᵀ", "register", False, True),
+        ):
+
+            def ours(method=method, ta=transpose_a, tb=transpose_b):
+                return matmul(a, b, method=method, transpose_a=ta, transpose_b=tb)
+
+            def theirs(ta=transpose_a, tb=transpose_b):
+                return torch.mm(a.T if ta else a, b.T if tb else b)
+
+            yield measure(label, f"{n}³", "torch.mm (fp32, TF32 off)", ours, theirs, flops, moved, "GFLOP/s")
+
+
+def _reduction_rows(measure: Measure, n: int, device: torch.device, generator: torch.Generator):
+    from workbench.kernels import squared_norm
+    from workbench.kernels import sum as numba_sum
+
+    x = torch.randn(n, device=device, generator=generator)
+    size = _count(n)
+    yield measure(
+        "sum", size, "torch.sum().item()", lambda: numba_sum(x), lambda: x.sum().item(), n, 4 * n, "GB/s"
+    )
+    yield measure(
+        "squared_norm",
+        size,
+        "vector_norm().item()",
+        lambda: squared_norm(x),
+        lambda: torch.linalg.vector_norm(x).item(),
+        2 * n,
+        4 * n,
+        "GB/s",
+    )
+
+
+def _optimizer_rows(measure: Measure, n: int, device: torch.device, generator: torch.Generator):
+    from workbench.kernels import FusedAdam, FusedSGD
+
+    # (label, ours, torch's, options, floats moved per parameter, FLOPs per parameter)
+    plans = (
+        ("SGD momentum", FusedSGD, torch.optim.SGD, {"lr": 1e-3, "momentum": 0.9}, 5, 4),
+        ("Adam", FusedAdam, torch.optim.Adam, {"lr": 1e-3}, 7, 15),
+    )
+    for label, fused, reference, options, floats, flops in plans:
+        params = [torch.nn.Parameter(torch.randn(n, device=device, generator=generator)) for _ in range(2)]
+        for p in params:
+            p.grad = torch.randn(n, device=device, generator=generator)
+        ours, theirs = fused([params[0]], **options), reference([params[1]], fused=True, **options)
+        yield measure(
+            label,
+            f"{_count(n)} params",
+            f"{reference.__name__}(fused=True)",
+            ours.step,
+            theirs.step,
+            flops * n,
+            4 * floats * n,
+            "GB/s",
+        )
+
+
+def _clip_rows(measure: Measure, n: int, device: torch.device, generator: torch.Generator):
+    from workbench.kernels import clip_grad_norm
+
+    grads = [
+        torch.randn(n // _CLIP_TENSORS, device=device, generator=generator) for _ in range(_CLIP_TENSORS)
+    ]
+    # norm: read every gradient once; scale: read and write it once (max_norm is small: it always scales)
+    yield measure(
+        "clip_grad_norm",
+        f"{_count(n)} in {_CLIP_TENSORS} tensors",
+        "clip_grad_norm_(foreach=True)",
+        lambda: clip_grad_norm(grads, 1e-3),
+        lambda: float(torch.nn.utils.clip_grad_norm_(grads, 1e-3, foreach=True)),
+        3 * n,
+        12 * n,
+        "GB/s",
+    )
+
+
+def _xent_rows(measure: Measure, rows: int, classes: int, device: torch.device, generator: torch.Generator):
+    from workbench.kernels import softmax_cross_entropy
+
+    logits = torch.randn(rows, classes, device=device, generator=generator)
+    targets = torch.randint(0, classes, (rows,), device=device, generator=generator)
+    yield measure(
+        "softmax_cross_entropy",
+        f"{rows}×{classes}",
+        "F.cross_entropy",
+        lambda: softmax_cross_entropy(logits, targets),
+        lambda: functional.cross_entropy(logits, targets),
+        4 * rows * classes,  # max, subtract, exp, add per element
+        4 * rows * classes,  # the logits read once
+        "GB/s",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``workbench bench kernels [--repeats N] [--full]``: print the table; 0 also without a GPU (saying why).
+
+    Example:
+        >>> main(["--repeats", "0"])  # the error goes to stderr
+        2
+    """
+    parser = argparse.ArgumentParser(
+        prog="workbench bench kernels", description="numba kernels against torch on this GPU"
+    )
+    parser.add_argument("--repeats", type=int, default=5, help="timed samples per measurement (median)")
+    parser.add_argument("--full", action="store_true", help="matmul 4096³, 100M-parameter Adam and clipping")
+    args = parser.parse_args(argv)
+    try:
+        result = benchmark_kernels(quick=not args.full, repeats=args.repeats)
+    except ValueError as error:
+        print(f"workbench bench kernels: error: {error}", file=sys.stderr)
+        return 2
+    print(result.table())
+    if result.reason is None:
+        mode = "quick" if result.quick else "full"
+        print(f"GPU: {result.gpu}; {mode} run, median of {args.repeats}, {result.seconds:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

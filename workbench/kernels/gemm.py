@@ -1,0 +1,280 @@
+"""Matrix multiply on the GPU three ways: one thread per output, shared-memory tiles, register blocking.
+
+    c = matmul(a, b)                         # register-blocked (the default): 4×4 outputs per thread
+    c = matmul(a, b, method="tiled")         # 16×16 tiles staged in shared memory
+    dw = matmul(dy, x, transpose_a=True)     # dyᵀ @ x, reading dy transposed (nothing is materialised)
+
+fp32 in, fp32 out, any shapes: edge tiles are bounds-checked. `matmul_spec` is the NumPy definition the
+tests compare against. Kernels are built on first use for each (method, transposes, block, per_thread).
+
+What each method costs in global memory (M×K @ K×N):
+
+- naive: every thread reads a row of A and a column of B: 2K reads per output;
+- tiled (T×T tiles): each element loaded into shared memory serves T outputs: 2K/T reads per output;
+- register (T×T threads, R×R outputs each, tiles of TR×T): 2K/(TR) reads per output, and each value read
+  from shared memory into a register serves R multiply-adds.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from workbench._validate import check_choice, check_int
+from workbench.kernels._numba import as_buffer, bind_cuda, empty, launch, on_simulator
+
+METHODS = ("register", "tiled", "naive")
+# block = threads per side of a block; per_thread = outputs per side of a thread (register method).
+GPU_DEFAULTS = {"naive": (16, None), "tiled": (16, None), "register": (16, 4)}
+SIMULATOR_DEFAULTS = {"naive": (16, None), "tiled": (8, None), "register": (4, 8)}
+SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
+
+cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
+
+
+def matmul_spec(a: Any, b: Any, *, transpose_a: bool = False, transpose_b: bool = False) -> np.ndarray:
+    """The reference: ``op(a) @ op(b)`` in float64, ``op`` transposing where asked.
+
+    Example:
+        >>> matmul_spec(np.ones((2, 3)), np.ones((2, 3)), transpose_b=True)
+        array([[3., 3.],
+               [3., 3.]])
+    """
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a.T if transpose_a else a) @ (b.T if transpose_b else b)
+
+
+def matmul(
+    a: Any,
+    b: Any,
+    *,
+    method: str = "register",
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    block: int | None = None,
+    per_thread: int | None = None,
+) -> Any:
+    """``op(a) @ op(b)`` in fp32 on the GPU (or numba's simulator), ``op`` transposing where asked.
+
+    Args:
+        a: (M, K) float32, or (K, M) with ``transpose_a``; a torch tensor, NumPy array or device array.
+        b: (K, N) float32, or (N, K) with ``transpose_b``.
+        method: ``"register"`` (default), ``"tiled"`` or ``"naive"``.
+        transpose_a, transpose_b: multiply by the transpose, read in place.
+        block: threads per side of a block (and the tile edge); default 16 on a GPU, smaller on the simulator.
+        per_thread: ``"register"`` only: each thread computes per_thread × per_thread outputs, 1 to 8
+            (default 4 on a GPU, 8 on the simulator); its two shared tiles, 2·block·(block·per_thread + 1)
+            floats, must fit in 48 KB.
+
+    Returns:
+        (M, N) float32 of the kind of `a`: a torch tensor on its device, a NumPy array or a device array.
+
+    Raises:
+        ValueError: unknown method, bad block/per_thread, inner dimensions that differ, or a bad operand.
+        TypeError: an operand that is not float32 (or not an array).
+
+    Example:
+        >>> a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        >>> matmul(a, a, transpose_b=True, method="tiled")
+        array([[ 5., 14.],
+               [14., 50.]], dtype=float32)
+    """
+    check_choice("method", method, METHODS)
+    block, per_thread = _launch_sizes(method, block, per_thread)
+    transpose_a, transpose_b = bool(transpose_a), bool(transpose_b)
+    a_buf, b_buf = as_buffer(a, "a", ndim=2), as_buffer(b, "b", ndim=2)
+    m, k = a_buf.shape[::-1] if transpose_a else a_buf.shape
+    k_b, n = b_buf.shape[::-1] if transpose_b else b_buf.shape
+    if k != k_b:
+        op_a, op_b = "aᵀ" if transpose_a else "a", "bᵀ" if transpose_b else "b"
+        raise ValueError(
+            f"inner dimensions differ: {op_a} is {m}×{k} (a.shape {a_buf.shape}), {op_b} is {k_b}×{n} "
+            f"(b.shape {b_buf.shape}); op(a) @ op(b) needs op(a).shape[1] == op(b).shape[0]"
+        )
+    c_buf = empty((m, n), like=a_buf)
+    stream = a_buf.stream()
+    args = (a_buf.device, b_buf.device, c_buf.device)
+    if method == "naive":
+        kernel = _naive_kernel(transpose_a, transpose_b)
+        # grid (ceil(N/T), ceil(M/T)), block (T, T), x along columns; each thread: 2K global reads, 1 write
+        launch(kernel, (math.ceil(n / block), math.ceil(m / block)), (block, block), stream, *args)
+    elif method == "tiled":
+        kernel = _tiled_kernel(transpose_a, transpose_b, block)
+        # grid (ceil(N/T), ceil(M/T)), block (T, T); shared 2·T·(T+1) floats; each thread: 2·ceil(K/T)
+        # global reads (one element of each tile), 2K shared reads, 1 write
+        launch(kernel, (math.ceil(n / block), math.ceil(m / block)), (block, block), stream, *args)
+    else:
+        kernel = _register_kernel(transpose_a, transpose_b, block, per_thread)
+        tile = block * per_thread
+        # grid (ceil(N/TR), ceil(M/TR)), block (T, T); shared 2·T·(TR+1) floats; each thread: 2R·ceil(K/T)
+        # global reads, 2RK shared reads, R²K multiply-adds in registers, R² writes
+        launch(kernel, (math.ceil(n / tile), math.ceil(m / tile)), (block, block), stream, *args)
+    return c_buf.result()
+
+
+def _launch_sizes(method: str, block: int | None, per_thread: int | None) -> tuple[int, int | None]:
+    default_block, default_per_thread = (SIMULATOR_DEFAULTS if on_simulator() else GPU_DEFAULTS)[method]
+    block = default_block if block is None else block
+    ok = isinstance(block, int) and not isinstance(block, bool) and 1 <= block <= 32
+    if not ok:
+        raise ValueError(f"block must be an integer from 1 to 32 (block² threads ≤ 1024), got {block!r}")
+    if method != "register":
+        if per_thread is not None:
+            raise ValueError(f"per_thread applies to method='register' only, not method={method!r}")
+        return block, None
+    per_thread = default_per_thread if per_thread is None else per_thread
+    check_int("per_thread", per_thread, minimum=1)
+    if per_thread > 8:
+        raise ValueError(
+            f"per_thread must be at most 8 (per_thread² accumulators per thread), got {per_thread}"
+        )
+    shared = 2 * block * (block * per_thread + 1) * 4
+    if shared > SHARED_BYTES:
+        raise ValueError(
+            f"block={block} with per_thread={per_thread} needs {shared:,} bytes of shared memory; at most "
+            f"{SHARED_BYTES:,} (48 KB): lower block or per_thread"
+        )
+    return block, per_thread
+
+
+@cache
+def _naive_kernel(transpose_a: bool, transpose_b: bool) -> Any:
+    bind_cuda(globals())
+    from numba import float32
+
+    @cuda.jit
+    def naive(a, b, c):
+        col, row = cuda.grid(2)
+        m, n = c.shape
+        if row < m and col < n:
+            k_total = a.shape[0] if transpose_a else a.shape[1]
+            acc = float32(0)
+            for k in range(k_total):
+                a_value = a[k, row] if transpose_a else a[row, k]
+                b_value = b[col, k] if transpose_b else b[k, col]
+                acc += a_value * b_value
+            c[row, col] = acc
+
+    return naive
+
+
+@cache
+def _tiled_kernel(transpose_a: bool, transpose_b: bool, tile: int) -> Any:
+    bind_cuda(globals())
+    from numba import float32
+
+    padded = tile + 1  # shared-array shapes must be compile-time constants: computed out here
+
+    @cuda.jit
+    def tiled(a, b, c):
+        m, n = c.shape
+        k_total = a.shape[0] if transpose_a else a.shape[1]
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        row0, col0 = cuda.blockIdx.y * tile, cuda.blockIdx.x * tile
+        row, col = row0 + ty, col0 + tx
+        # +1 column: transposed loads write a column, which would otherwise hit one shared-memory bank
+        a_tile = cuda.shared.array((tile, padded), float32)  # a_tile[i, k] = op(a)[row0 + i, k0 + k]
+        b_tile = cuda.shared.array((tile, padded), float32)  # b_tile[k, j] = op(b)[k0 + k, col0 + j]
+        acc = float32(0)
+        for k0 in range(0, k_total, tile):
+            # neighbouring threads (tx) read neighbouring addresses of the stored matrix: coalesced
+            value = float32(0)
+            if transpose_a:  # a is stored (K, M)
+                if k0 + ty < k_total and row0 + tx < m:
+                    value = a[k0 + ty, row0 + tx]
+                a_tile[tx, ty] = value
+            else:
+                if row < m and k0 + tx < k_total:
+                    value = a[row, k0 + tx]
+                a_tile[ty, tx] = value
+            value = float32(0)
+            if transpose_b:  # b is stored (N, K)
+                if col0 + ty < n and k0 + tx < k_total:
+                    value = b[col0 + ty, k0 + tx]
+                b_tile[tx, ty] = value
+            else:
+                if k0 + ty < k_total and col < n:
+                    value = b[k0 + ty, col]
+                b_tile[ty, tx] = value
+            cuda.syncthreads()
+            for k in range(tile):
+                acc += a_tile[ty, k] * b_tile[k, tx]
+            cuda.syncthreads()
+        if row < m and col < n:
+            c[row, col] = acc
+
+    return tiled
+
+
+@cache
+def _register_kernel(transpose_a: bool, transpose_b: bool, threads: int, per_thread: int) -> Any:
+    bind_cuda(globals())
+    from numba import float32
+
+    tile = threads * per_thread  # rows (and columns) of c per block
+    padded = tile + 1  # +1 column: transposed loads write columns, which would all hit one bank
+    depth = threads  # k per shared-memory tile
+    count = threads * threads
+
+    @cuda.jit
+    def register(a, b, c):
+        m, n = c.shape
+        k_total = a.shape[0] if transpose_a else a.shape[1]
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        tid = ty * threads + tx
+        row0, col0 = cuda.blockIdx.y * tile, cuda.blockIdx.x * tile
+        a_tile = cuda.shared.array((depth, padded), float32)  # a_tile[k, i] = op(a)[row0 + i, k0 + k]
+        b_tile = cuda.shared.array((depth, padded), float32)  # b_tile[k, j] = op(b)[k0 + k, col0 + j]
+        acc = cuda.local.array((per_thread, per_thread), float32)
+        a_reg = cuda.local.array(per_thread, float32)
+        b_reg = cuda.local.array(per_thread, float32)
+        for i in range(per_thread):
+            for j in range(per_thread):
+                acc[i, j] = 0
+        for k0 in range(0, k_total, depth):
+            # per_thread loads per thread per tile; the index runs fastest along the stored rows: coalesced
+            for e in range(tid, tile * depth, count):
+                value = float32(0)
+                if transpose_a:  # a is stored (K, M)
+                    i, k = e % tile, e // tile
+                    if k0 + k < k_total and row0 + i < m:
+                        value = a[k0 + k, row0 + i]
+                else:
+                    k, i = e % depth, e // depth
+                    if row0 + i < m and k0 + k < k_total:
+                        value = a[row0 + i, k0 + k]
+                a_tile[k, i] = value
+            for e in range(tid, tile * depth, count):
+                value = float32(0)
+                if transpose_b:  # b is stored (N, K)
+                    k, j = e % depth, e // depth
+                    if col0 + j < n and k0 + k < k_total:
+                        value = b[col0 + j, k0 + k]
+                else:
+                    j, k = e % tile, e // tile
+                    if k0 + k < k_total and col0 + j < n:
+                        value = b[k0 + k, col0 + j]
+                b_tile[k, j] = value
+            cuda.syncthreads()
+            for k in range(depth):
+                # thread (ty, tx) owns rows ty + i·T and columns tx + j·T: neighbours read neighbouring words
+                for i in range(per_thread):
+                    a_reg[i] = a_tile[k, ty + i * threads]
+                for j in range(per_thread):
+                    b_reg[j] = b_tile[k, tx + j * threads]
+                for i in range(per_thread):
+                    for j in range(per_thread):
+                        acc[i, j] += a_reg[i] * b_reg[j]
+            cuda.syncthreads()
+        for i in range(per_thread):
+            row = row0 + ty + i * threads
+            if row < m:
+                for j in range(per_thread):
+                    col = col0 + tx + j * threads
+                    if col < n:
+                        c[row, col] = acc[i, j]
+
+    return register

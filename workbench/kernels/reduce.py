@@ -1,0 +1,117 @@
+"""Sums of long vectors: each thread adds a strided slice, each block a tree in shared memory, one atomic.
+
+    total = sum(x)                 # Python float
+    norm2 = squared_norm(x)        # Σ x², the square of the L2 norm
+
+One pass over `x` (any shape, read as flat): every thread accumulates in float32 over a grid-stride loop, the
+block halves its partial sums in shared memory (log2(threads) steps), and thread 0 adds the block's sum to
+the result with one atomic add. The result is read back to the host as a Python float (so each call waits
+for the GPU); `accumulate_into` leaves it on the device for callers that chain kernels (gradient clipping).
+Atomics make the order of the block sums, and so the last bits of the result, vary between runs.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from workbench.kernels._numba import Buffer, as_buffer, bind_cuda, launch, launch_1d, read_scalar, zeros
+
+cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
+
+
+def sum_spec(x: Any) -> float:
+    """The reference: Σ x in float64.
+
+    Example:
+        >>> sum_spec(np.arange(4, dtype=np.float32))
+        6.0
+    """
+    return float(np.sum(np.asarray(x, np.float64)))
+
+
+def squared_norm_spec(x: Any) -> float:
+    """The reference: Σ x² in float64.
+
+    Example:
+        >>> squared_norm_spec([3.0, 4.0])
+        25.0
+    """
+    x = np.asarray(x, np.float64)
+    return float(np.dot(x.ravel(), x.ravel()))
+
+
+def sum(x: Any, *, threads: int | None = None, blocks: int | None = None) -> float:
+    """Σ x over every element of a float32 array, as a Python float.
+
+    Args:
+        x: float32 torch tensor, NumPy array or device array, any shape, contiguous, not empty.
+        threads: threads per block, a power of two (default 256 on a GPU, 8 on the simulator).
+        blocks: blocks in the grid (default: enough to cover x, at most 32 per SM; 2 on the simulator).
+
+    Example:
+        >>> sum(np.arange(1000, dtype=np.float32))
+        499500.0
+    """
+    return _reduce(x, square=False, threads=threads, blocks=blocks)
+
+
+def squared_norm(x: Any, *, threads: int | None = None, blocks: int | None = None) -> float:
+    """Σ x² over every element of a float32 array, as a Python float (the squared L2 norm).
+
+    Args:
+        x: float32 torch tensor, NumPy array or device array, any shape, contiguous, not empty.
+        threads, blocks: the launch, as for `sum`.
+
+    Example:
+        >>> squared_norm(np.full(1025, 2, dtype=np.float32))
+        4100.0
+    """
+    return _reduce(x, square=True, threads=threads, blocks=blocks)
+
+
+def _reduce(x: Any, *, square: bool, threads: int | None, blocks: int | None) -> float:
+    buffer = as_buffer(x, "x").flat()
+    out = zeros((1,), like=buffer)
+    accumulate_into(out, buffer, square=square, threads=threads, blocks=blocks)
+    return read_scalar(out)
+
+
+def accumulate_into(
+    out: Buffer, x: Buffer, *, square: bool, threads: int | None = None, blocks: int | None = None
+) -> None:
+    """Add Σ x (or Σ x²) of the flat buffer `x` to ``out[0]`` on the device, without waiting for it."""
+    blocks, threads = launch_1d(x.size, threads, blocks)
+    kernel = _reduce_kernel(threads, square)
+    # grid `blocks`, block `threads`; shared `threads` floats; each thread: ceil(n / (blocks·threads))
+    # global reads, log2(threads) shared-memory steps; thread 0 of each block: 1 atomic add
+    launch(kernel, blocks, threads, x.stream(), x.device, out.device)
+
+
+@cache
+def _reduce_kernel(threads: int, square: bool) -> Any:
+    bind_cuda(globals())
+    from numba import float32
+
+    @cuda.jit
+    def reduce(x, out):
+        partial = cuda.shared.array(threads, float32)
+        tid = cuda.threadIdx.x
+        acc = float32(0)
+        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+            value = x[i]
+            acc += value * value if square else value
+        partial[tid] = acc
+        cuda.syncthreads()
+        step = threads // 2
+        while step > 0:  # tree: partial[t] += partial[t + step] for the first half, then halve
+            if tid < step:
+                partial[tid] += partial[tid + step]
+            cuda.syncthreads()
+            step //= 2
+        if tid == 0:
+            cuda.atomic.add(out, 0, partial[0])
+
+    return reduce
