@@ -7,6 +7,7 @@ import os, sys, threading
 before = dict(os.environ)
 import workbench, workbench.data, workbench.devices, workbench.cli, workbench.kernelspec, workbench.tables
 import workbench.train, workbench.monitor, workbench.widgets.dashboard, workbench.bench.trainer
+import workbench.kernels, workbench.bench.kernels, workbench.bench.data_parallel, workbench.train.launch
 assert dict(os.environ) == before, "importing workbench changed the environment"
 assert "numba" not in sys.modules, "importing workbench imported numba"
 assert threading.active_count() == 1, "importing workbench started a thread"
@@ -21,6 +22,9 @@ from workbench.train import Trainer, build_experiment
 e = build_experiment("regression-linear", n_samples=100, device="cpu")
 dashboard = Dashboard(Trainer(e.model, e.loss_fn, e.splits, e.config))
 assert not torch.cuda.is_initialized(), "building a Dashboard initialised CUDA in this process"
+from workbench.train import Launch
+Dashboard(Launch(lambda strategy: None, 1, verbose=False))
+assert not torch.cuda.is_initialized(), "a Dashboard for a Launch initialised CUDA in this process"
 assert threading.active_count() == 1, "building a Dashboard started a thread"
 print("clean")
 """
