@@ -234,3 +234,34 @@ def test_a_launch_shows_every_rank_live_and_returns_rank_0s_value():
     assert dashboard.progress.value == dashboard.progress.max == 20
     assert repr(dashboard).startswith("Dashboard(finished, step 20/20, 2 processes (gloo, CPU")
     assert dashboard._repr_mimebundle_()["text/plain"] == repr(dashboard)
+
+
+def test_interrupting_wait_on_a_stuck_launch_terminates_its_workers_within_10_seconds(monkeypatch):
+    import psutil
+
+    from workbench.train import Launch
+
+    def stuck(strategy):
+        time.sleep(600)  # never reaches a step boundary
+
+    job = Launch(stuck, 2, verbose=False)
+    dashboard = Dashboard(job, monitor=False)
+    dashboard.start()
+    deadline = time.monotonic() + 10
+    while len(job.pids) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    thread, real_join, calls = dashboard._thread, dashboard._thread.join, []
+
+    def join_interrupted_once(timeout=None):
+        if not calls:
+            calls.append(1)
+            raise KeyboardInterrupt
+        return real_join(timeout)
+
+    monkeypatch.setattr(thread, "join", join_interrupted_once)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        dashboard.wait()
+    assert time.monotonic() - started < 10
+    assert not any(psutil.pid_exists(pid) for pid in job.pids)
+    assert isinstance(dashboard._error, KeyboardInterrupt)

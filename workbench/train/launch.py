@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection, wait
@@ -164,10 +165,19 @@ class Launch:
         self.step = 0
         self.total_steps = 0
         self.pids: list[int] = []  # the workers of the current (or last) run
+        self._terminate = threading.Event()
 
     def add_callback(self, callback: Callback) -> None:
         """Subscribe `callback` to the workers' events (a dashboard attaching itself)."""
         self.events.callbacks.append(callback)
+
+    def terminate(self) -> None:
+        """Stop every worker now, from any thread (no checkpoint); `fit` then raises KeyboardInterrupt.
+
+        `control.stop()` is the graceful way (the workers finish their step and save); this is for when they
+        do not get to a step boundary, e.g. an interrupt while a `Dashboard` runs the job in the background.
+        """
+        self._terminate.set()
 
     def describe(self, port: int | None = None) -> str:
         """One line: world size, backend, devices and threads, rendezvous address."""
@@ -186,6 +196,7 @@ class Launch:
                 "trainer.fit(resume=True) inside it"
             )
         _refuse_initialised_cuda()
+        self._terminate.clear()
         port = self.port if self.port is not None else free_port(self.addr)
         if self.verbose:
             print(f"launch: {self.describe(port)}", flush=True)
@@ -268,6 +279,8 @@ class _Supervisor:
                 if not self._receive(connection):
                     open_pipes.remove(connection)
             self._forward_control()
+            if self.job._terminate.is_set():
+                raise KeyboardInterrupt("the launch was terminated; every worker was stopped")
             now = time.monotonic()
             for rank, process in enumerate(self.processes):
                 if process.exitcode is not None and rank not in self.exited_at:

@@ -28,6 +28,7 @@ from workbench.widgets.loss_plot import LossPlot
 from workbench.widgets.throttle import Throttle
 
 _PUSHES_PER_S = 4  # progress bar and status text, drawn by a timer thread, not the training thread
+_GRACE_S = 5.0  # after an interrupt, how long a Launch's workers get to stop at a step boundary
 
 
 class Dashboard(Callback):
@@ -185,7 +186,8 @@ class Dashboard(Callback):
     def wait(self, timeout: float | None = None) -> Any:
         """Block until training ends; return its `FitResult` (a Launch: rank 0's value) or raise its error.
 
-        Interrupting the kernel while waiting stops training at the next step boundary.
+        Interrupting the kernel while waiting stops training at the next step boundary; a `Launch` whose
+        workers do not get there within 5 s is terminated.
         """
         if self._thread is None:
             raise RuntimeError("nothing to wait for: call start() (or press Start) first")
@@ -197,6 +199,9 @@ class Dashboard(Callback):
                 self._thread.join(0.1)
         except KeyboardInterrupt:
             self.control.stop()
+            self._thread.join(_GRACE_S)
+            if self._thread.is_alive() and isinstance(self.trainer, Launch):
+                self.trainer.terminate()  # workers that do not reach a step boundary in time are stopped
             self._thread.join()
             raise
         if self._error is not None:
