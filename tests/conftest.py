@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from workbench.train.launch import free_port as _free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -16,16 +17,10 @@ def repo() -> Path:
     return REPO
 
 
-def _pick_free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def free_port() -> Callable[[], int]:
     """Call it for a TCP port on 127.0.0.1 that is free now (servers, rendezvous)."""
-    return _pick_free_port
+    return _free_port
 
 
 class FakeNvml:

@@ -83,10 +83,10 @@ def test_matmul_precision_is_restored(start):
     saved = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(start)
     try:
-        with microbench._float32_matmul_precision("highest"):
+        with microbench.float32_matmul_precision("highest"):
             assert torch.backends.cuda.matmul.allow_tf32 is False
         assert torch.get_float32_matmul_precision() == start
-        with pytest.raises(ZeroDivisionError), microbench._float32_matmul_precision("high"):
+        with pytest.raises(ZeroDivisionError), microbench.float32_matmul_precision("high"):
             assert torch.backends.cuda.matmul.allow_tf32 is True
             _ = 1 / 0
         assert torch.get_float32_matmul_precision() == start

@@ -20,17 +20,16 @@ Without a CUDA GPU (or with numba on its CPU simulator) nothing is run: the resu
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch.nn import functional
 
 from workbench._validate import check_int
+from workbench.devices.microbench import benchmark_hardware, cuda_seconds, float32_matmul_precision
 from workbench.tables import html_table, text_table
 
 MILLION = 1_000_000
@@ -160,7 +159,6 @@ def benchmark_kernels(quick: bool = True, repeats: int = 5) -> KernelBenchmark:
     reason = no_gpu_reason()
     if reason is not None:
         return KernelBenchmark((), None, reason, None, None, quick, time.perf_counter() - started)
-    from workbench.devices.microbench import benchmark_hardware
 
     hardware = benchmark_hardware(repeats=repeats, quick=quick, device="cuda")
     peak_gbs = hardware.as_dict().get("device→device copy")
@@ -191,35 +189,7 @@ def no_gpu_reason() -> str | None:
     return None
 
 
-def _gpu_seconds(run: Callable[[], object], repeats: int) -> float:
-    """Median seconds per call of `run` from CUDA events on the current stream, after a warm-up."""
-    for _ in range(_INNER):
-        run()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(_INNER):
-            run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / _INNER)
-    return statistics.median(samples)
-
-
 Measure = Callable[..., KernelRow]  # measure(name, size, counterpart, ours, theirs, flops, bytes, unit)
-
-
-@contextmanager
-def _ieee_fp32_matmuls() -> Iterator[None]:
-    """torch fp32 matmuls without TF32 inside, the previous precision restored after."""
-    saved = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(saved)
 
 
 def _gpu_rows(
@@ -232,7 +202,7 @@ def _gpu_rows(
 
     def measure(name, size, counterpart, ours, theirs, flops, moved, unit) -> KernelRow:
         peak = peak_gflops if unit == "GFLOP/s" else peak_gbs
-        ours_s, torch_s = _gpu_seconds(ours, repeats), _gpu_seconds(theirs, repeats)
+        ours_s, torch_s = cuda_seconds(ours, repeats, _INNER), cuda_seconds(theirs, repeats, _INNER)
         return KernelRow(name, size, counterpart, ours_s, torch_s, flops, moved, unit, peak)
 
     yield from _matmul_rows(measure, sizes["matmul"], device, generator)
@@ -247,7 +217,7 @@ def _matmul_rows(measure: Measure, n: int, device: torch.device, generator: torc
 
     a, b = (torch.randn(n, n, device=device, generator=generator) for _ in range(2))
     flops, moved = 2 * n**3, 3 * 4 * n**2  # each matrix read or written once at least
-    with _ieee_fp32_matmuls():
+    with float32_matmul_precision("highest"):  # IEEE fp32: TF32 off, restored after
         for label, method, transpose_a, transpose_b in (
             ("matmul naive", "naive", False, False),
             ("matmul tiled", "tiled", False, False),

@@ -143,7 +143,7 @@ def _no_cuda_reason() -> str | None:
 
 
 @contextmanager
-def _float32_matmul_precision(precision: str) -> Iterator[None]:
+def float32_matmul_precision(precision: str) -> Iterator[None]:
     """fp32 matmuls at ``precision`` inside ("highest": IEEE fp32, TF32 off; "high": TF32), then restore.
 
     Uses torch's one global switch (it sets ``torch.backends.cuda.matmul.allow_tf32`` consistently);
@@ -208,27 +208,30 @@ def _cpu_measurements(repeats: int, quick: bool) -> tuple[list[Measurement], lis
         return measurements, [(_CPU_MATMUL, problem)]
     generator = torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=generator) for _ in range(2))
-    with _float32_matmul_precision("highest"):
+    with float32_matmul_precision("highest"):
         seconds = _matmul_seconds(a, b, repeats, _median_seconds)
     flops = 2 * n**3 / seconds
     measurements.append(Measurement(_CPU_MATMUL, flops / 1e9, "GFLOP/s", f"{n}³, {threads} threads"))
     return measurements, []
 
 
-def _cuda_seconds(run: Callable[[], object], repeats: int) -> float:
-    """Median seconds per call of ``run`` on the current stream, from CUDA events, after a warm-up."""
-    for _ in range(_GPU_INNER):
+def cuda_seconds(run: Callable[[], object], repeats: int, inner: int = _GPU_INNER) -> float:
+    """Median seconds per call of ``run`` on the current stream, from CUDA events, after a warm-up.
+
+    Each of the `repeats` samples times `inner` calls in a row, so short kernels time accurately.
+    """
+    for _ in range(inner):
         run()
     torch.cuda.synchronize()
     samples = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(_GPU_INNER):
+        for _ in range(inner):
             run()
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / _GPU_INNER)  # elapsed_time is in ms
+        samples.append(start.elapsed_time(end) / 1e3 / inner)  # elapsed_time is in ms
     return statistics.median(samples)
 
 
@@ -267,7 +270,7 @@ def _gpu_copies(
     )
     measurements = []
     for copy_name, run, moved, detail in copies:
-        rate = moved / _cuda_seconds(run, repeats) / 1e9
+        rate = moved / cuda_seconds(run, repeats) / 1e9
         if copy_name == _GPU_COPIES[4]:
             detail += _of_datasheet(rate, sheet and sheet.memory_bandwidth_gbs, "GB/s", sheet)
         measurements.append(Measurement(copy_name, rate, "GB/s", detail))
@@ -300,10 +303,10 @@ def _gpu_matmuls(
             continue
         a, b = (torch.randn(n, n, device=device, dtype=dtype, generator=generator) for _ in range(2))
         if precision is None:
-            seconds = _matmul_seconds(a, b, repeats, _cuda_seconds)
+            seconds = _matmul_seconds(a, b, repeats, cuda_seconds)
         else:
-            with _float32_matmul_precision(precision):
-                seconds = _matmul_seconds(a, b, repeats, _cuda_seconds)
+            with float32_matmul_precision(precision):
+                seconds = _matmul_seconds(a, b, repeats, cuda_seconds)
         tflops = 2 * n**3 / seconds / 1e12
         detail = f"{n}³" + _of_datasheet(tflops, peak, "TFLOPS", sheet)
         measurements.append(Measurement(name, tflops, "TFLOP/s", detail))
