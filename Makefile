@@ -1,6 +1,7 @@
 # Two commands on a fresh machine:
 #   make lab    set up .venv, install the `workbench` kernelspec, open the tutorials in JupyterLab
 #   make test   set up .venv and run every test and notebook (ruff, pytest, nbval)
+#   (also: make install, lint, clean, and screenshots: the README's tour pictures from the browser test)
 #
 # Knobs (make VAR=value ...):
 #   PYTHON       interpreter that creates .venv                     (python3)
@@ -30,7 +31,7 @@ export JUPYTER_PREFER_ENV_PATH := 1
 # The browser test fails (instead of skipping) when the browser is missing under `make test`.
 export WORKBENCH_CHROMIUM := $(CHROMIUM)
 
-.PHONY: lab test install lint clean
+.PHONY: lab test install lint screenshots clean
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(AS_ROOT) $(LAB_ARGS)
@@ -41,6 +42,12 @@ test: $(STAMP) $(CHROMIUM)
 	$(BIN)/python -m pytest --nbval-lax --doctest-modules $(PYTEST_ARGS) tests workbench notebooks
 
 install: $(STAMP)
+
+# The README's tour pictures: the browser test runs the notebooks and crops their dashboards.
+TOUR := 02_optimizers_dashboard.png 03_data_parallel_dashboard.png
+screenshots: $(STAMP) $(CHROMIUM)
+	$(BIN)/python -m pytest tests/browser -k "02_optimizers or 03_data_parallel"
+	mkdir -p docs/tour && cd artifacts/browser && cp $(TOUR) ../../docs/tour/
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
