@@ -72,9 +72,12 @@ def _pids_gone(pids, timeout=5.0):
 
 
 def _port_free(port):
+    """Nothing listens on it: a server (like the next rendezvous store) can bind it again."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
+            sock.listen()
         except OSError:
             return False
     return True

@@ -11,6 +11,7 @@ from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import OPTIMIZERS, PRECISIONS, SCHEDULES, OptimizerConfig, TrainConfig
 from workbench.train.control import Changes, TrainControl
 from workbench.train.events import Broadcast, Callback, Event
+from workbench.train.follow import Follower, follow_metrics
 from workbench.train.launch import Launch, WorkerFailed, free_port, launch
 from workbench.train.loop import FitResult, NonFiniteLossError, Trainer
 from workbench.train.metrics_log import MetricsLog, read_metrics
@@ -31,6 +32,7 @@ __all__ = [
     "Event",
     "Experiment",
     "FitResult",
+    "Follower",
     "Launch",
     "MetricsLog",
     "NonFiniteLossError",
@@ -45,6 +47,7 @@ __all__ = [
     "WorkerFailed",
     "build_experiment",
     "build_optimizer",
+    "follow_metrics",
     "free_port",
     "launch",
     "load_checkpoint",

@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, Event
-from workbench.train.strategy import DataParallel
+from workbench.train.strategy import DataParallel, leave_process_group
 
 RESULT_FILE = "rank0-result.pt"
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -80,13 +80,12 @@ def run_worker(
         value, state = _run(rank, spec, events, commands)
         if rank == 0:
             torch.save({"value": value, "state": state}, spec.result_dir / RESULT_FILE)
+        leave_process_group(wait_for_others=True)
         events.send(("done", rank))
     except BaseException as error:  # reported to the launcher, which names the rank
         events.send(("error", rank, type(error).__name__, str(error), traceback.format_exc()))
+        leave_process_group(wait_for_others=False)
         raise SystemExit(1) from None
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def _run(

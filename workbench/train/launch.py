@@ -356,7 +356,8 @@ class _Supervisor:
             code = self.processes[rank].exitcode or 0
             report = self.reports.get(rank)
             consequence = report is not None and any(m in " ".join(report[:2]) for m in _CONSEQUENCES)
-            return (0 if code < 0 else 2 if consequence else 1, self.exited_at[rank], rank)
+            killed = code < 0 and report is None
+            return (0 if killed else 2 if consequence else 1, self.exited_at[rank], rank)
 
         failed.sort(key=cause_first)
         lines = [self._describe_exit(rank) for rank in failed]
@@ -373,15 +374,15 @@ class _Supervisor:
 
     def _describe_exit(self, rank: int) -> str:
         code = self.processes[rank].exitcode or 0
+        report = self.reports.get(rank)
+        if report is not None:  # what it raised, even if it then died of a signal on the way out
+            return f"{report[0]}: {report[1]}"
         if code < 0:
             try:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = f"signal {-code}"
             return f"killed by {name} (out of memory, or killed from outside?)"
-        report = self.reports.get(rank)
-        if report is not None:
-            return f"{report[0]}: {report[1]}"
         return f"exited with code {code}"
 
     def _stop_workers(self) -> None:
@@ -414,8 +415,11 @@ def _check_port(addr: str, port: int | None) -> int | None:
     if port > 65535:
         raise ValueError(f"port must be ≤ 65535, got {port}")
     with socket.socket() as sock:
+        # as the rendezvous store binds: a port that only lingers in TIME_WAIT after a run is free to use
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((addr, port))
+            sock.listen()
         except OSError as error:
             raise ValueError(
                 f"port {port} on {addr} is in use ({error.strerror}); pick another or leave port=None "

@@ -8,24 +8,27 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import IO, Any
 
 from workbench.train.events import Callback, Event
 
 METRICS_FILE = "metrics.jsonl"
+_FLUSH_EVERY_S = 1.0
 
 
 class MetricsLog(Callback):
     """Writes each event to ``<run_dir>/metrics.jsonl`` as ``{"event": kind, ...metrics}``.
 
     A fresh fit (``start_step == 0``) starts the log over; a resumed fit appends to it. Lines are flushed at
-    each evaluation and at the end, so a crash loses at most the steps of one epoch.
+    each evaluation, at the end, and at least once a second while steps come (so `follow_metrics` sees them).
     """
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.path = Path(run_dir) / METRICS_FILE
         self._file: IO[str] | None = None
+        self._flushed_at = time.monotonic()
 
     def on_fit_start(self, info: Event) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -33,7 +36,11 @@ class MetricsLog(Callback):
         self._write("fit_start", info, flush=True)
 
     def on_step(self, metrics: Event) -> None:
-        self._write("step", metrics)
+        now = time.monotonic()
+        flush = now - self._flushed_at >= _FLUSH_EVERY_S  # so a follower sees steps while an epoch runs
+        self._write("step", metrics, flush=flush)
+        if flush:
+            self._flushed_at = now
 
     def on_eval(self, metrics: Event) -> None:
         self._write("eval", metrics, flush=True)

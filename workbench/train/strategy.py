@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import math
 import os
 from typing import Any, Protocol
@@ -225,9 +226,23 @@ class DataParallel:
         return f"{self.world_size} processes ({self.backend}, {where}{threads})"
 
     def close(self) -> None:
-        """Leave the process group (call once at the end of a torchrun script)."""
+        """Leave the process group (call once at the end of a torchrun script, on every rank)."""
         if dist.is_initialized():
-            dist.destroy_process_group()
+            leave_process_group(wait_for_others=True)
+
+
+def leave_process_group(wait_for_others: bool) -> None:
+    """Destroy the process group while the interpreter is fully alive (gloo's threads may still hold
+    tensors of a DDP model that a reference cycle keeps; freed at interpreter exit, they abort the process).
+
+    `wait_for_others`: a barrier first, so no rank tears its connections down while another still talks.
+    """
+    if not dist.is_initialized():
+        return
+    if wait_for_others:
+        dist.barrier()
+    gc.collect()  # DDP modules (and their reducer's references to the group) that only a cycle keeps
+    dist.destroy_process_group()
 
 
 def under_torchrun() -> bool:
