@@ -5,13 +5,16 @@
 
 Both runs go through the product path: `launch` + `Trainer` + `DataParallel` (DDP over gloo on CPU),
 the same model, data and per-rank batch; only the number of processes differs. Throughput counts the
-samples of all ranks per second of steady-state training (after `warmup` steps), measured on rank 0 from
-the trainer's own step events. Ideal scaling is N×; the all-reduce of the gradients and the cores the
+samples of all ranks per second of steady-state training: the global batch over the median time between
+rank 0's steps after `warmup` steps (from the trainer's own step events; one step disturbed by a background
+process does not count). Ideal scaling is N×; the all-reduce of the gradients and the cores the
 processes share eat into it.
 """
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -66,18 +69,19 @@ class DataParallelBenchmark:
 
 
 class _StepClock(Callback):
-    """Rank 0's time at the end of the warm-up (the first logged step) and at the last step."""
+    """Rank 0's step times after the warm-up (every step is logged)."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
-        self.start: tuple[int, float] | None = None
-        self.end: tuple[int, float] | None = None
+        self.times: list[float] = []
 
     def on_step(self, metrics: Event) -> None:
-        now = time.perf_counter()
-        if metrics["step"] == self.warmup:
-            self.start = (metrics["step"], now)
-        self.end = (metrics["step"], now)
+        if metrics["step"] >= self.warmup:
+            self.times.append(time.perf_counter())
+
+    def median_step_s(self) -> float:
+        """The median time between consecutive steps: one slow step (a background process) does not count."""
+        return statistics.median(b - a for a, b in itertools.pairwise(self.times))
 
 
 def _synthetic_splits(samples: int, seed: int = 0) -> Splits:
@@ -89,14 +93,13 @@ def _synthetic_splits(samples: int, seed: int = 0) -> Splits:
     return Splits(train, empty, empty)
 
 
-def _measure(strategy, splits: Splits, config: TrainConfig, warmup: int) -> tuple[float, float]:
-    """Runs in each worker: train, return (seconds, optimizer steps) after warm-up on rank 0."""
+def _measure(strategy, splits: Splits, config: TrainConfig, warmup: int) -> float:
+    """Runs in each worker: train; rank 0's median seconds per step after the warm-up."""
     torch.manual_seed(0)
     model = models.mlp(FEATURES, CLASSES, hidden=HIDDEN)
     clock = _StepClock(warmup)
     Trainer(model, functional.cross_entropy, splits, config, strategy=strategy, callbacks=[clock]).fit()
-    (start_step, started), (end_step, ended) = clock.start, clock.end
-    return ended - started, end_step - start_step
+    return clock.median_step_s()
 
 
 def benchmark_data_parallel(
@@ -115,15 +118,14 @@ def benchmark_data_parallel(
     check_int("steps", steps, minimum=warmup + 1)
     check_int("batch_per_rank", batch_per_rank, minimum=1)
     config = TrainConfig(
-        epochs=1, batch_size=batch_per_rank, optimizer=OptimizerConfig("sgd", lr=0.01), log_every=warmup
+        epochs=1, batch_size=batch_per_rank, optimizer=OptimizerConfig("sgd", lr=0.01), log_every=1
     )
     results = []
     for processes in (1, nprocs):
         splits = _synthetic_splits(batch_per_rank * processes * steps)
-        seconds, timed_steps = launch(
+        step_s = launch(
             _measure, processes, args=(splits, config, warmup), threads_per_process=threads, verbose=False
         )
-        samples = timed_steps * batch_per_rank * processes
-        results.append(Throughput(processes, threads, samples / seconds, seconds / timed_steps))
+        results.append(Throughput(processes, threads, batch_per_rank * processes / step_s, step_s))
     parameters = sum(p.numel() for p in models.mlp(FEATURES, CLASSES, hidden=HIDDEN).parameters())
     return DataParallelBenchmark(results[0], results[1], batch_per_rank, parameters)
