@@ -166,7 +166,6 @@ class Trainer:
         self.clip_value = self.config.clip_value
         self.checkpoint: Path | None = None
         self._last: dict[str, dict[str, float]] = {}
-        self._all_ranks_loss = math.nan  # the last checked loss sum, averaged over ranks
 
     # ------------------------------------------------------------------ public
 
@@ -256,12 +255,12 @@ class Trainer:
             logged = (self.step + 1) % self.config.log_every == 0 or self._position + len(group) >= len(
                 loader
             )
-            loss, samples, grad_norm = self._run_step(group, interval if logged else None)
+            loss, samples, grad_norm, checked_sum = self._run_step(group, interval if logged else None)
             self.step += 1
             self._position += len(group)
             interval.add(loss, samples)
             if logged:
-                self._publish_step(interval, grad_norm)
+                self._publish_step(interval, grad_norm, checked_sum)
                 interval = _Interval()
         self.epoch += 1
         self._position = 0
@@ -289,12 +288,13 @@ class Trainer:
 
     def _run_step(
         self, group: list[Batch], check: _Interval | None
-    ) -> tuple[torch.Tensor, int, float | None]:
+    ) -> tuple[torch.Tensor, int, float | None, float | None]:
         """Forward/backward over the micro-batches, clip, one optimizer step.
 
         Returns the (detached) mean loss, the number of samples and, on a logged step (`check` given: the
-        steps since the last logged one), the gradient norm before clipping. On a logged step a non-finite
-        loss in this step or the unchecked ones before it raises before the optimizer step.
+        steps since the last logged one), the gradient norm before clipping and the interval's loss sum
+        averaged over ranks. On a logged step a non-finite loss in this step or the unchecked ones before
+        it raises before the optimizer step.
         """
         measure = check is not None
         self.model.train()
@@ -310,8 +310,7 @@ class Trainer:
                     loss = loss * (len(x) / samples)
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
-        if check is not None:
-            self._check_finite(check, step_loss)
+        checked_sum = self._check_finite(check, step_loss) if check is not None else None
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grad_norm = self._clip_gradients(measure)
@@ -326,7 +325,7 @@ class Trainer:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return step_loss, samples, grad_norm
+        return step_loss, samples, grad_norm, checked_sum
 
     def _clip_gradients(self, measure: bool) -> float | None:
         """Clip by value, then by global norm; returns the norm before clipping when measured or clipped."""
@@ -361,12 +360,15 @@ class Trainer:
 
     # ------------------------------------------------------------------ events
 
-    def _publish_step(self, interval: _Interval, grad_norm: float | None) -> None:
+    def _publish_step(
+        self, interval: _Interval, grad_norm: float | None, all_ranks_sum: float | None
+    ) -> None:
         loss = interval.mean_loss()
         metrics: dict[str, Any] = {}
         if self.world_size > 1:  # `loss` is the mean over all ranks; each rank's own is `rank_loss`
+            assert all_ranks_sum is not None  # a logged step checked (and reduced) its interval
             metrics["rank_loss"] = loss
-            loss = self._all_ranks_loss / interval.steps
+            loss = all_ranks_sum / interval.steps
         self._last["train"] = {"loss": loss}
         self.events.on_step(
             self._event(
@@ -403,21 +405,24 @@ class Trainer:
         summary.update(self._last)
         return self._event(**summary)
 
-    def _check_finite(self, interval: _Interval, pending: torch.Tensor | None = None) -> None:
-        """Raise NonFiniteLossError if a loss since the last check (plus `pending`) was NaN or infinite."""
+    def _check_finite(self, interval: _Interval, pending: torch.Tensor | None = None) -> float | None:
+        """Raise NonFiniteLossError if a loss since the last check (plus `pending`) was NaN or infinite.
+
+        Returns the loss sum checked (averaged over ranks), or None when there was nothing to check.
+        """
         total = interval.loss_sum
         if pending is not None:
             total = pending if total is None else total + pending
         if total is None:
-            return
+            return None
         if self.world_size > 1:  # every rank sees a NaN on any rank, so all stop at the same step
             total = self.strategy.all_reduce(total.detach().float().clone(), "mean")
         value = float(total)  # NaN and inf survive the sum, so one sync checks every step of the interval
-        self._all_ranks_loss = value
         if not math.isfinite(value):
             first = self.step - interval.steps + 1
             last = self.step + (1 if pending is not None else 0)
             raise NonFiniteLossError(self._non_finite_message(value, first, last))
+        return value
 
     def _non_finite_message(self, value: float, first: int, last: int) -> str:
         where = f"at step {last}" if first == last else f"in steps {first}-{last} (checked every log_every)"
