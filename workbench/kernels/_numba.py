@@ -29,6 +29,7 @@ import torch
 
 from workbench._validate import check_int
 from workbench.devices.cuda import SIMULATOR_VARIABLE, configure_numba
+from workbench.kernels._simulator import guard_shared_arrays
 
 FLOAT32 = ("float32",)
 INDEX_DTYPES = ("int32", "int64")
@@ -41,11 +42,17 @@ SIMULATOR_SWITCH_INTERVAL = 1e-4  # seconds; see `launch`
 
 
 def load_cuda() -> Any:
-    """Configure numba's backend (if numba.cuda is not imported yet), import numba.cuda and return it."""
+    """Configure numba's backend (if numba.cuda is not imported yet), import numba.cuda and return it.
+
+    On the simulator this also applies :func:`~workbench.kernels._simulator.guard_shared_arrays` (a fix for
+    shared arrays that numba's simulator can allocate twice in one block).
+    """
     if "numba.cuda" not in sys.modules:
         configure_numba()
     from numba import cuda
 
+    if cuda.config.ENABLE_CUDASIM:
+        guard_shared_arrays()
     return cuda
 
 
