@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
+from tests.gloo_ranks import run_on_gloo_ranks
 from workbench.estimate import (
     BucketLog,
     communication_bytes,
@@ -16,35 +16,25 @@ from workbench.estimate import (
 from workbench.train import models
 
 
-def _ddp_worker(rank: int, world_size: int, port: int, results) -> None:
-    import torch.distributed as dist
+def _ddp_step(rank: int, world_size: int) -> tuple[int, int, int]:
+    """One DDP training step: (bytes all-reduced, gradient bytes, parameter count) on this rank."""
     from torch.nn.parallel import DistributedDataParallel
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
-    try:
-        torch.manual_seed(0)
-        model = DistributedDataParallel(models.small_cnn(3, 10))
-        log = BucketLog()
-        model.register_comm_hook(log, counting_allreduce_hook)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        inputs, targets = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))
-        step = measure_training_step(
-            model, optimizer, torch.nn.functional.cross_entropy, inputs, targets, buckets=log
-        )
-        param_count = sum(p.numel() for p in model.parameters())
-        results.put((rank, log.allreduce_bytes, step.grads, param_count))
-    finally:
-        dist.destroy_process_group()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(models.small_cnn(3, 10))
+    log = BucketLog()
+    model.register_comm_hook(log, counting_allreduce_hook)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    inputs, targets = torch.randn(8, 3, 16, 16), torch.randint(0, 10, (8,))
+    step = measure_training_step(
+        model, optimizer, torch.nn.functional.cross_entropy, inputs, targets, buckets=log
+    )
+    return log.allreduce_bytes, step.grads, sum(p.numel() for p in model.parameters())
 
 
 def test_ddp_allreduces_exactly_the_gradient_bytes(free_port):
     world_size = 2
-    results = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(
-        _ddp_worker, args=(world_size, free_port(), results), nprocs=world_size, start_method="spawn"
-    )
-    for _ in range(world_size):
-        _rank, allreduced, grad_bytes, param_count = results.get()
+    for allreduced, grad_bytes, param_count in run_on_gloo_ranks(_ddp_step, world_size, free_port()):
         assert allreduced == grad_bytes == param_count * 4
         estimate = communication_bytes("ddp", param_count, world_size)
         assert estimate.payload_bytes == allreduced

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch.nn import functional
 
+from tests.gloo_ranks import run_on_gloo_ranks
 from workbench.estimate import (
     BucketLog,
     Cluster,
@@ -94,44 +94,38 @@ DDP_CASES = [
 ]
 
 
-def _ddp_worker(rank: int, world_size: int, port: int, results) -> None:
-    import torch.distributed as dist
+def _ddp_cases(rank: int, world_size: int) -> list[tuple]:
+    """Every DDP case on this rank: (case, optimizer, bucket view, estimate, measured)."""
     from torch.nn.parallel import DistributedDataParallel
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
-    try:
-        for case, optimizer, bucket_view in DDP_CASES:
-            estimate, model, inputs, targets, loss = _estimate_and_measure(
-                case,
-                optimizer,
-                "fp32",
-                strategy="ddp",
-                devices=world_size,
-                gradient_as_bucket_view=bucket_view,
-            )
-            ddp_model = DistributedDataParallel(model, gradient_as_bucket_view=bucket_view)
-            log = BucketLog()
-            ddp_model.register_comm_hook(log, counting_allreduce_hook)
-            measured = measure_training_step(
-                ddp_model, _optimizer(optimizer, ddp_model), loss, inputs, targets, buckets=log
-            )
-            results.put((rank, case, optimizer, bucket_view, estimate, measured))
-    finally:
-        dist.destroy_process_group()
+    rows = []
+    for case, optimizer, bucket_view in DDP_CASES:
+        estimate, model, inputs, targets, loss = _estimate_and_measure(
+            case,
+            optimizer,
+            "fp32",
+            strategy="ddp",
+            devices=world_size,
+            gradient_as_bucket_view=bucket_view,
+        )
+        ddp_model = DistributedDataParallel(model, gradient_as_bucket_view=bucket_view)
+        log = BucketLog()
+        ddp_model.register_comm_hook(log, counting_allreduce_hook)
+        measured = measure_training_step(
+            ddp_model, _optimizer(optimizer, ddp_model), loss, inputs, targets, buckets=log
+        )
+        rows.append((case, optimizer, bucket_view, estimate, measured))
+    return rows
 
 
 def test_ddp_estimate_per_rank_is_within_10_percent_of_measured(free_port):
-    world_size = 2
-    results = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(
-        _ddp_worker, args=(world_size, free_port(), results), nprocs=world_size, start_method="spawn"
-    )
-    rows = [results.get() for _ in range(world_size * len(DDP_CASES))]
-    assert {row[0] for row in rows} == {0, 1}
-    for _rank, _case, _optimizer, bucket_view, estimate, measured in rows:
-        assert measured.buckets == (0 if bucket_view else measured.grads)  # DDP keeps G bytes of buckets
-        assert estimate.comm_buffers == measured.buckets
-        assert abs(estimate.total / measured.total - 1) < TOLERANCE, (estimate, measured)
+    per_rank = run_on_gloo_ranks(_ddp_cases, 2, free_port())
+    assert [len(rows) for rows in per_rank] == [len(DDP_CASES)] * 2
+    for rows in per_rank:
+        for _case, _optimizer, bucket_view, estimate, measured in rows:
+            assert measured.buckets == (0 if bucket_view else measured.grads)  # DDP keeps G bytes of buckets
+            assert estimate.comm_buffers == measured.buckets
+            assert abs(estimate.total / measured.total - 1) < TOLERANCE, (estimate, measured)
 
 
 def test_profile_counts_what_autograd_keeps():
