@@ -34,3 +34,10 @@ def test_every_checked_cell_keeps_its_expected_output():
         for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
             if cell.cell_type == "code" and "# NBVAL_CHECK_OUTPUT" in cell.source:
                 assert cell.outputs, f"{path.name} cell {index} is checked but stores no output to compare"
+
+
+def test_notebooks_store_no_widget_state_and_stay_small():
+    for path in NOTEBOOKS:
+        notebook = nbformat.read(path, as_version=4)
+        assert "widgets" not in notebook.metadata, f"{path.name} stores widget state (clear it before saving)"
+        assert path.stat().st_size < 100_000, f"{path.name} is {path.stat().st_size:,} bytes"

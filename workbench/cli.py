@@ -6,6 +6,7 @@ workbench kernel install          install the `workbench` Jupyter kernelspec for
 workbench train digits-mlp        train a preset with a progress bar and print the final metrics
 workbench train --list            the presets (digits-mlp, regression-linear, images-cnn)
 workbench train digits-mlp --strategy ddp --nproc-per-node 2      data parallel on 2 local processes
+workbench train text-transformer --strategy pipeline --microbatches 4   (also fsdp, tensor)
 workbench train digits-mlp --strategy ddp --nnodes 2 --master-addr HOST   print the torchrun command
 torchrun --nproc-per-node 2 -m workbench train digits-mlp --strategy ddp  the same under torchrun
 workbench bench trainer           the Trainer and Dashboard against a hand-written loop (ratios)
@@ -104,7 +105,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--accumulate", type=int, help="micro-batches per optimizer step")
     train.add_argument("--seed", type=int)
     train.add_argument("--device", choices=("auto", "cpu", "cuda"))
-    train.add_argument("--n-samples", type=int, help="dataset size (regression, images-cnn)")
+    train.add_argument("--n-samples", type=int, help="dataset size (regression, images-cnn, text)")
     train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     train.add_argument(
         "--run",
@@ -114,14 +115,22 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--runs-dir", default="runs")
     train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
-    ddp = train.add_argument_group("data parallel (--strategy ddp)")
-    ddp.add_argument("--strategy", choices=("single", "ddp"), default="single")
+    ddp = train.add_argument_group("several processes (--strategy ddp, fsdp, pipeline or tensor)")
+    ddp.add_argument("--strategy", choices=("single", *_STRATEGIES), default="single")
+    ddp.add_argument(
+        "--pipeline-schedule", choices=("1f1b", "gpipe"), default="1f1b", help="--strategy pipeline"
+    )
+    ddp.add_argument("--microbatches", type=int, default=4, help="--strategy pipeline: per batch (default 4)")
+    ddp.add_argument("--split-points", help="--strategy pipeline: layers where stages begin, e.g. block1")
     ddp.add_argument("--nproc-per-node", type=int, default=2, help="processes per machine (default 2)")
     ddp.add_argument("--nnodes", type=int, default=1, help="machines; > 1 prints the torchrun command")
     ddp.add_argument("--master-addr", default="127.0.0.1", help="rendezvous host (the first machine)")
     ddp.add_argument("--master-port", type=int, default=29500, help="rendezvous port")
     ddp.add_argument("--print-command", action="store_true", help="print the torchrun command and exit")
     train.set_defaults(command="train", run=_train)
+
+
+_STRATEGIES = ("ddp", "fsdp", "pipeline", "tensor")
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -159,7 +168,7 @@ def _train(args: argparse.Namespace) -> int:
             torch.set_num_threads(args.threads)
         if args.strategy == "single":
             return _train_here(args, strategy=None)
-        return _train_data_parallel(args)
+        return _train_distributed(args)
     except (ValueError, FileNotFoundError) as error:
         print(f"workbench train: error: {error}", file=sys.stderr)
         return 2
@@ -184,16 +193,23 @@ _CHANGEABLE = (
 )
 
 
-def _train_here(args: argparse.Namespace, strategy: Any) -> int:
-    """Train the preset in this process (alone, or as one rank of a DDP job); rank 0 prints."""
+def _experiment(args: argparse.Namespace) -> Any:
+    from workbench.train import build_experiment
+
+    changes = {name: getattr(args, name) for name in _CHANGEABLE if getattr(args, name) is not None}
+    return build_experiment(args.preset, **changes)
+
+
+def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) -> int:
+    """Train the preset (`experiment`, else built from `args`) in this process, alone or as one rank of a
+    distributed job; rank 0 prints."""
     import torch
 
     from workbench.tables import text_table
-    from workbench.train import Trainer, build_experiment
+    from workbench.train import Trainer
     from workbench.widgets.console import ConsoleProgress
 
-    changes = {name: getattr(args, name) for name in _CHANGEABLE if getattr(args, name) is not None}
-    experiment = build_experiment(args.preset, **changes)
+    experiment = _experiment(args) if experiment is None else experiment
     main = strategy is None or strategy.is_main
     trainer = Trainer(
         experiment.model,
@@ -221,13 +237,28 @@ def _train_here(args: argparse.Namespace, strategy: Any) -> int:
     return 0
 
 
-def _train_data_parallel(args: argparse.Namespace) -> int:
+def _strategy(args: argparse.Namespace) -> Any:
+    """The strategy --strategy names, with its options (not yet bound to a process group)."""
+    from workbench.train import DataParallel, FullyShardedDataParallel, PipelineParallel, TensorParallel
+
+    if args.strategy == "pipeline":
+        points = None if args.split_points is None else [p for p in args.split_points.split(",") if p]
+        return PipelineParallel(
+            split_points=points, schedule=args.pipeline_schedule, microbatches=args.microbatches
+        )
+    kinds = {"ddp": DataParallel, "fsdp": FullyShardedDataParallel, "tensor": TensorParallel}
+    return kinds[args.strategy]()
+
+
+def _train_distributed(args: argparse.Namespace) -> int:
     """Under torchrun: be one rank. Otherwise: print the torchrun command, or launch local processes."""
     from workbench.train import launch
-    from workbench.train.strategy import DataParallel, under_torchrun
+    from workbench.train.strategy import join_process_group_from_env, under_torchrun
 
+    strategy = _strategy(args)
     if under_torchrun():
-        strategy = DataParallel.from_env()
+        join_process_group_from_env(who=f"--strategy {args.strategy}")
+        strategy.bind()
         try:
             return _train_here(args, strategy)
         finally:
@@ -235,10 +266,16 @@ def _train_data_parallel(args: argparse.Namespace) -> int:
     for flag in ("nproc_per_node", "nnodes"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be ≥ 1, got {getattr(args, flag)}")
+    experiment = _experiment(args)  # checked here, before any process starts
+    strategy.validate(experiment.model, experiment.config, world_size=args.nnodes * args.nproc_per_node)
     if args.nnodes > 1 or args.print_command:
         print(_torchrun_command(args))
         return 0
-    return launch(lambda strategy: _train_here(args, strategy), args.nproc_per_node)
+
+    def train(strategy: Any) -> int:  # forked workers train the experiment built (and checked) here
+        return _train_here(args, strategy, experiment)
+
+    return launch(train, args.nproc_per_node, strategy=strategy)
 
 
 _LAUNCHER_FLAGS = ("--strategy", "--nproc-per-node", "--nnodes", "--master-addr", "--master-port")
@@ -267,7 +304,7 @@ def _torchrun_command(args: argparse.Namespace) -> str:
         f"--rdzv-endpoint {endpoint}",
         f"--rdzv-id {args.run_name or args.preset}",
         "-m workbench",
-        shlex.join([*kept, "--strategy", "ddp"]),
+        shlex.join([*kept, "--strategy", args.strategy]),
     ]
     machines = "this machine" if args.nnodes == 1 else f"each of the {args.nnodes} machines"
     return (

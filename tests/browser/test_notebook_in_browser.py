@@ -38,13 +38,18 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 TOKEN = "workbench-browser-test"
-# Plotly plots in the page with no trace holding values (x, y, z, pie values, or an image source); numpy
-# arrays arrive base64-encoded as {bdata, dtype}.
+# The plotly plots in the page with no trace holding values (x, y, z, pie values, or an image source), as
+# "cell [n]: title [trace names]"; numpy arrays arrive base64-encoded as {bdata, dtype}.
 EMPTY_PLOTS_JS = """plots => plots.filter(plot => {
     const has = v => v && (v.length || (v.bdata && v.bdata.length));
     const filled = t => has(t.x) || has(t.y) || has(t.z) || has(t.values) || has(t.source);
     return !plot.data || !plot.data.some(filled);
-}).length"""
+}).map(plot => {
+    const title = (plot.layout && plot.layout.title && plot.layout.title.text) || "(untitled)";
+    const cell = plot.closest(".jp-CodeCell");
+    const prompt = cell ? cell.querySelector(".jp-InputArea-prompt").textContent.trim() : "?";
+    return `cell ${prompt} ${title} [${(plot.data || []).map(trace => trace.name).join(", ")}]`;
+})"""
 
 
 def _chromium() -> str:
@@ -162,7 +167,7 @@ def test_every_notebook_runs_in_the_browser_without_errors_and_with_filled_plots
     plots = page.locator(".js-plotly-plot")
     empty = plots.evaluate_all(EMPTY_PLOTS_JS)
     assert plots.count() >= MIN_PLOTS.get(notebook, 1), f"only {plots.count()} plotly plots in the page"
-    assert empty == 0, f"{empty} of {plots.count()} plotly plots hold no data"
+    assert empty == [], f"{len(empty)} of {plots.count()} plotly plots hold no data: {empty}"
     check = EXTRA_CHECKS.get(notebook)
     if check is not None:
         check(page)
@@ -179,6 +184,24 @@ def _check_data_parallel(page) -> None:
     assert "2 processes (gloo, CPU, 1 thread each)" in placement
 
 
+def _check_model_parallel(page) -> None:
+    """Three finished dashboards (FSDP, pipeline, tensor), each with a memory plot; the pipeline timeline."""
+    dashboards = page.locator(".workbench-dashboard")
+    assert dashboards.count() == 3, f"{dashboards.count()} dashboards in the page"
+    for index in range(3):
+        dashboard = dashboards.nth(index)
+        dashboard.scroll_into_view_if_needed()
+        bar = dashboard.locator(".progress-bar").first.evaluate("bar => bar.style.width")
+        assert bar == "100%", f"dashboard {index}: progress bar at {bar}"
+        titles = dashboard.locator(".js-plotly-plot").evaluate_all(
+            "plots => plots.map(plot => (plot.layout.title && plot.layout.title.text) || '')"
+        )
+        assert any("memory per rank" in t for t in titles), f"dashboard {index} has no memory plot: {titles}"
+        if index == 1:
+            assert any("bubble" in t and "measured" in t for t in titles), f"no pipeline timeline: {titles}"
+            dashboard.screenshot(path=str(ARTIFACTS / "04_model_parallel_dashboard.png"))
+
+
 def _check_hardware(page) -> None:
     tables = page.locator(".jp-OutputArea-output table").all_inner_texts()
     assert any("CPU matmul fp32" in t for t in tables), "the inspector shows no measurements"
@@ -188,10 +211,18 @@ def _check_hardware(page) -> None:
 EXTRA_CHECKS = {
     "02_optimizers.ipynb": _check_optimizers,
     "03_data_parallel.ipynb": _check_data_parallel,
+    "04_model_parallel.ipynb": _check_model_parallel,
     "06_hardware_and_estimates.ipynb": _check_hardware,
 }
-# plots each notebook shows at least (02: four loss plots; 06: inspector, memory, roofline, estimator)
-MIN_PLOTS = {"02_optimizers.ipynb": 4, "03_data_parallel.ipynb": 3, "06_hardware_and_estimates.ipynb": 4}
+# plots each notebook shows at least (02: four loss plots; 04: three dashboards of loss, devices and memory,
+# the pipeline's timeline, estimate, single-process memory, bubble, activations, a timeline, all runs, memory
+# summary; 06: inspector, memory, roofline, estimator)
+MIN_PLOTS = {
+    "02_optimizers.ipynb": 4,
+    "03_data_parallel.ipynb": 3,
+    "04_model_parallel.ipynb": 17,
+    "06_hardware_and_estimates.ipynb": 4,
+}
 
 
 def _assert_dashboard_shows_what_the_kernel_holds(page, name: str) -> dict[str, int]:

@@ -6,7 +6,7 @@ from workbench.data import DATASETS, Dataset, load_dataset
 
 
 def test_registry_names():
-    assert set(DATASETS) == {"digits", "regression", "synthetic_images"}
+    assert set(DATASETS) == {"digits", "regression", "synthetic_images", "text"}
 
 
 def test_digits_is_sklearns_bundled_set_scaled_to_unit_range():
@@ -31,7 +31,7 @@ def test_regression_noise_is_the_floor_of_the_mse():
     assert float(residual.pow(2).mean()) == pytest.approx(0.01, rel=0.02)
 
 
-@pytest.mark.parametrize("name", ["regression", "synthetic_images"])
+@pytest.mark.parametrize("name", ["regression", "synthetic_images", "text"])
 def test_generated_sets_are_deterministic_by_seed(name):
     a, b = (load_dataset(name, n_samples=500, seed=7) for _ in range(2))
     c = load_dataset(name, n_samples=500, seed=8)
@@ -50,7 +50,7 @@ def test_synthetic_images_shape_and_classes_are_learnable():
 
 
 def test_unknown_name_names_the_field_and_the_choices():
-    with pytest.raises(ValueError, match=r"name='mnist'.*'digits', 'regression', 'synthetic_images'"):
+    with pytest.raises(ValueError, match=r"name='mnist'.*'digits', 'regression', 'synthetic_images', 'text'"):
         load_dataset("mnist")
 
 
@@ -70,6 +70,8 @@ def test_unknown_option_names_the_allowed_options():
         ("synthetic_images", {"image_size": 2}, "image_size"),
         ("synthetic_images", {"num_classes": 1}, "num_classes"),
         ("synthetic_images", {"noise": "loud"}, "noise"),
+        ("text", {"n_samples": 0}, "n_samples"),
+        ("text", {"context": 1}, "context"),
     ],
 )
 def test_bad_sizes_name_the_field(name, options, field):
@@ -82,6 +84,18 @@ def test_dataset_rejects_mismatched_lengths_and_unknown_task():
         Dataset("x", torch.zeros(3, 2), torch.zeros(2), "regression")
     with pytest.raises(ValueError, match=r"task='ranking'.*'classification', 'regression'"):
         Dataset("x", torch.zeros(3, 2), torch.zeros(3), "ranking")
+
+
+def test_unknown_text_option_names_the_allowed_options():
+    with pytest.raises(ValueError, match=r"no option block_size; allowed options: n_samples, context, seed"):
+        load_dataset("text", block_size=8)
+
+
+def test_subset_keeps_per_token_targets():
+    data = load_dataset("text", n_samples=10, context=4)
+    part = data.subset(torch.tensor([3, 7]))
+    assert part.targets.shape == (2, 4) and torch.equal(part.targets[1], data.targets[7])
+    assert part.num_classes == data.num_classes and part.info["vocab"] == data.info["vocab"]
 
 
 def test_subset_keeps_the_metadata():

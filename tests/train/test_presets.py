@@ -1,6 +1,11 @@
-import pytest
+import math
 
-from workbench.train import PRESETS, build_experiment
+import pytest
+import torch
+from torch import nn
+
+from workbench.data import Splits
+from workbench.train import PRESETS, Trainer, build_experiment, models
 
 
 def test_changes_reach_config_optimizer_and_data():
@@ -34,3 +39,30 @@ def test_every_preset_builds_a_model_that_fits_its_data(name):
     e = build_experiment(name, n_samples=64) if name != "digits-mlp" else build_experiment(name)
     x, _ = e.splits.train.features[:4], e.splits.train.targets[:4]
     assert e.model(x).shape[0] == 4
+
+
+def test_images_cnn_head_is_images_cnn_with_an_mlp_head():
+    plain, headed = (build_experiment(name, n_samples=64) for name in ("images-cnn", "images-cnn-head"))
+    assert plain.config == headed.config and len(headed.model) == len(plain.model) + 2
+    assert [type(m) for m in headed.model][-3:] == [nn.Linear, nn.ReLU, nn.Linear]
+    assert headed.model[-3].out_features == 64
+
+
+def test_text_transformer_learns_the_next_character_in_one_epoch():
+    e = build_experiment("text-transformer", n_samples=384, epochs=1)
+    assert e.loss_fn is models.next_token_loss and e.config.optimizer.name == "adamw"
+    vocab_size = e.splits.train.num_classes
+    assert e.model.head.out_features == vocab_size and e.splits.train.features.shape[1:] == (32,)
+
+    def held_out_loss():
+        e.model.eval()
+        with torch.no_grad():
+            return float(e.loss_fn(e.model(e.splits.test.features), e.splits.test.targets))
+
+    before = held_out_loss()
+    # the loss on held-out text, measured here: the trainer only trains (no val/test evaluation)
+    empty = e.splits.val.subset(torch.arange(0))
+    result = Trainer(e.model, e.loss_fn, Splits(e.splits.train, empty, empty), e.config).fit()
+    assert result.status == "finished" and result.step == 10  # 308 windows in batches of 32
+    after = held_out_loss()
+    assert before > 0.95 * math.log(vocab_size) and after < 0.8 * math.log(vocab_size)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from workbench.train import Trainer, models
 from workbench.train.strategy import DataParallel
 
 HERE = Path(__file__).parent
@@ -82,6 +83,7 @@ def test_from_env_outside_torchrun_names_the_missing_variables(monkeypatch):
         DataParallel.from_env()
 
 
-def test_data_parallel_without_a_process_group_says_how_to_get_one():
+def test_data_parallel_without_a_process_group_says_how_to_get_one(regression_splits):
+    strategy = DataParallel()  # options only: it joins a process group when bound
     with pytest.raises(RuntimeError, match=r"launch\(fn, nprocs=N\), or under torchrun"):
-        DataParallel()
+        Trainer(models.linear(10), torch.nn.functional.mse_loss, regression_splits, strategy=strategy)

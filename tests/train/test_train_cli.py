@@ -96,3 +96,42 @@ def test_ddp_on_one_machine_launches_local_processes(tmp_path, capsys):
 def test_ddp_refuses_fewer_than_one(flag, capsys):
     assert main(["train", "digits-mlp", "--strategy", "ddp", flag, "0"]) == 2
     assert f"{flag} must be ≥ 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("strategy", ["pipeline", "tensor", "fsdp"])
+def test_model_parallel_strategies_train_the_transformer_on_local_processes(strategy, capfd):
+    argv = ["train", "text-transformer", "--strategy", strategy, "--epochs", "1", "--n-samples", "512"]
+    assert main(argv) == 0
+    out = capfd.readouterr().out  # rank 0 prints the table from its own process
+    label = {"pipeline": "pipeline (1F1B, 4 micro-batches)", "tensor": "tensor parallel", "fsdp": "FSDP"}
+    assert f"launch: 2 processes (gloo, CPU, 1 thread each), {label[strategy]} on 127.0.0.1:" in out
+    steps = 7 if strategy == "fsdp" else 13  # 409 training samples: 32 per step, or 32 per rank per step
+    assert out.splitlines()[-1].startswith(f"finished: {steps} steps, 1 epochs in ")
+    assert out.splitlines()[-1].endswith(f"on 2 processes (gloo, cpu, 1 thread each), {label[strategy]}")
+
+
+def test_a_bad_split_point_is_refused_before_any_process_starts(capsys):
+    argv = ["train", "text-transformer", "--strategy", "pipeline", "--split-points", "block1,block7"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "split point 'block7' names no layer of the model; its top-level layers are: embed, block0" in err
+
+
+def test_the_torchrun_command_keeps_the_strategy_and_its_options(capsys):
+    argv = [
+        "train",
+        "text-transformer",
+        "--strategy",
+        "pipeline",
+        "--pipeline-schedule",
+        "gpipe",
+        "--nnodes",
+        "2",
+    ]
+    argv += ["--nproc-per-node", "1", "--master-addr", "node0"]
+    assert main(argv) == 0
+    assert (
+        capsys.readouterr()
+        .out.rstrip()
+        .endswith("train text-transformer --pipeline-schedule gpipe --strategy pipeline")
+    )

@@ -18,6 +18,15 @@ def splits():
     return split_dataset(load_dataset("digits"), (0.8, 0.1, 0.1), seed=0)
 
 
+@pytest.fixture
+def regression_trainer():
+    from workbench.data import load_dataset, split_dataset
+
+    splits = split_dataset(load_dataset("regression", n_samples=200), (0.8, 0.2, 0.0), seed=0)
+    config = TrainConfig(epochs=1, batch_size=32, optimizer=OptimizerConfig("sgd", lr=0.1))
+    return Trainer(models.linear(10), functional.mse_loss, splits, config, run=None)
+
+
 def _trainer(splits, tmp_path=None, callbacks=(), **config):
     torch.manual_seed(0)
     settings = {
@@ -265,3 +274,79 @@ def test_interrupting_wait_on_a_stuck_launch_terminates_its_workers_within_10_se
     assert time.monotonic() - started < 10
     assert not any(psutil.pid_exists(pid) for pid in job.pids)
     assert isinstance(dashboard._error, KeyboardInterrupt)
+
+
+def _figures(widget):
+    """Every plotly figure inside `widget`, depth first."""
+    import plotly.graph_objects as go
+
+    if isinstance(widget, go.FigureWidget):
+        return [widget]
+    return [figure for child in getattr(widget, "children", ()) for figure in _figures(child)]
+
+
+def _holds_data(figure):
+    return any(len(values) for trace in figure.data for values in (trace.x, trace.y) if values is not None)
+
+
+def _fake_fit(dashboard, steps, extras=lambda step, rank: {}, ranks=(0,)):
+    """Feed the trainer's subscribers a run of `steps` logged steps by hand (no training)."""
+    events = dashboard.trainer.events
+    for rank in ranks:
+        events.on_fit_start({"run": "fake", "rank": rank, "start_step": 0, "total_steps": steps})
+    for step in range(1, steps + 1):
+        for rank in ranks:
+            rate = None if rank else 100.0  # pipeline: only one rank counts the samples
+            metrics = {"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 0.1, "rank": rank}
+            events.on_step({**metrics, "samples_per_s": rate, **extras(step, rank)})
+    events.on_fit_end({"status": "finished", "step": steps, "epoch": 0, "error": None, "rank": 0})
+
+
+MEMORY = {"params": 2**20, "grads": 2**20, "optimizer_state": 2**21, "activations": 2**19, "cuda_peak": None}
+
+
+def _timeline(step, rank):
+    spans = [["F", 0, 100.0 + rank, 101.0 + rank], ["B", 0, 103.0 - rank, 104.0 - rank]]
+    payload = {"stage": rank, "stages": 2, "microbatches": 1, "schedule": "GPipe", "spans": spans}
+    return {"timeline": payload}
+
+
+def test_memory_plot_and_timeline_join_the_dashboard_only_with_data(regression_trainer):
+    dashboard = Dashboard(regression_trainer, monitor=False)
+    assert dashboard.memory_plot.widget not in dashboard.widget.children
+    assert dashboard.timeline.widget not in dashboard.widget.children
+    _fake_fit(dashboard, 3)
+    assert dashboard.memory_plot.widget not in dashboard.widget.children
+    assert dashboard.timeline.widget not in dashboard.widget.children
+    _fake_fit(dashboard, 3, lambda step, rank: {"memory": MEMORY} if step == 1 else {}, ranks=(0, 1))
+    assert dashboard.widget.children[-1] is dashboard.memory_plot.widget
+    assert dashboard.memory_plot.bars() == ["rank 0", "rank 1"]
+    assert dashboard.timeline.widget not in dashboard.widget.children
+    assert "samples/s" not in dashboard.status.value  # rank 1 reported no rate: nothing to compare
+    _fake_fit(dashboard, 2, lambda step, rank: _timeline(step, rank) if rank == 0 else {}, ranks=(0, 1))
+    assert dashboard.timeline.widget not in dashboard.widget.children  # stage 1 never reported
+    _fake_fit(dashboard, 2, _timeline, ranks=(0, 1))
+    children = dashboard.widget.children
+    assert children[-2:] == (dashboard.memory_plot.widget, dashboard.timeline.widget)
+    assert children.count(dashboard.memory_plot.widget) == 1
+    assert dashboard.timeline.latest()[0] == 2
+    assert dashboard.timeline.bubble() == pytest.approx((0.5, 0.5))
+    figures = _figures(dashboard.widget)
+    assert len(figures) == 3 and all(_holds_data(figure) for figure in figures)  # what the browser sees
+
+
+def test_the_throttled_push_shows_the_memory_plot_while_training(regression_trainer):
+    dashboard = Dashboard(regression_trainer, monitor=False)
+    events = dashboard.trainer.events
+    events.on_fit_start({"run": "fake", "rank": 0, "start_step": 0, "total_steps": 5})
+    events.on_step({"step": 1, "epoch": 0, "loss": 1.0, "lr": 0.1, "rank": 0, "memory": MEMORY})
+    _wait_until(lambda: dashboard.memory_plot.widget in dashboard.widget.children, timeout=2)
+    assert _holds_data(dashboard.memory_plot.figure)
+    events.on_fit_end({"status": "finished", "step": 1, "epoch": 0, "error": None, "rank": 0})
+
+
+def test_every_figure_in_a_trained_dashboard_holds_data(regression_trainer):
+    dashboard = Dashboard(regression_trainer, monitor=False)
+    dashboard.fit()
+    figures = _figures(dashboard.widget)
+    assert figures and all(_holds_data(figure) for figure in figures)

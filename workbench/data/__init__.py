@@ -1,4 +1,4 @@
-"""Offline datasets, deterministic splits and rank-aware loaders.
+"""Offline datasets, deterministic splits and rank-aware loaders; the character text of ``"text"``.
 
 >>> from workbench.data import load_dataset, split_dataset, split_loaders
 >>> splits = split_dataset(load_dataset("digits"), (0.8, 0.1, 0.1), seed=0)
@@ -15,6 +15,7 @@ from workbench.data.loaders import (
     split_loaders,
 )
 from workbench.data.splits import Splits, split_dataset, split_indices
+from workbench.data.text import decode, encode, generate_text
 
 __all__ = [
     "DATASETS",
@@ -23,6 +24,9 @@ __all__ = [
     "ShardedLoader",
     "SplitLoaders",
     "Splits",
+    "decode",
+    "encode",
+    "generate_text",
     "load_dataset",
     "shard_indices",
     "shard_size",

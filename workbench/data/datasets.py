@@ -3,6 +3,7 @@
 - ``digits``: scikit-learn's bundled 8×8 handwritten digits (1,797 images, 10 classes), scaled to [0, 1].
 - ``regression``: ``make_regression``-style linear data, y = X·w + b + noise·ε (default 1,000,000 × 10).
 - ``synthetic_images``: class templates plus Gaussian noise, for CNN-sized shapes of any size.
+- ``text``: windows of a grammar-made character text (`workbench.data.text`), for next-character prediction.
 
     >>> from workbench.data import load_dataset
     >>> load_dataset("regression", n_samples=1000, noise=0.1)
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from workbench._validate import check_choice, check_int, check_nonnegative
+from workbench.data.text import VOCAB, encode, generate_text
 
 TASKS = ("classification", "regression")
 
@@ -30,8 +32,9 @@ class Dataset:
 
     Args:
         name: the registry name it was built from.
-        features: float32 tensor, shape ``(N, ...)``.
-        targets: int64 class labels ``(N,)`` for classification, float32 ``(N, 1)`` for regression.
+        features: float32 tensor, shape ``(N, ...)``, or int64 token ids ``(N, T)`` for text.
+        targets: int64 class labels for classification, ``(N,)`` or ``(N, T)`` (one per token); float32
+            ``(N, 1)`` for regression.
         task: ``"classification"`` or ``"regression"``.
         num_classes: number of classes (classification only).
         info: how it was made (generator parameters, true coefficients, ...).
@@ -135,8 +138,32 @@ def synthetic_images(
     return Dataset("synthetic_images", images, labels, "classification", num_classes=num_classes, info=info)
 
 
+def text(*, n_samples: int = 2048, context: int = 32, seed: int = 0) -> Dataset:
+    """Next-character prediction on the grammar text of `workbench.data.text`, ``len(VOCAB)`` classes.
+
+    Sample ``i`` is the window ``ids[i·context : (i+1)·context]`` of the encoded text (features ``(N,
+    context)`` int64) and the same window shifted by one character (targets ``(N, context)`` int64). The
+    windows do not overlap (stride = context), so train, val and test never share a character; the text is
+    ``n_samples·context + 1`` characters long. ``info`` holds the ``vocab``, ``context``, ``stride``,
+    ``seed`` and the first 300 characters as ``text``.
+
+        >>> from workbench.data.text import decode
+        >>> data = text(n_samples=4, context=8)
+        >>> decode(data.features[0], data.info["vocab"]), decode(data.targets[0], data.info["vocab"])
+        ('An angry', 'n angry ')
+    """
+    check_int("n_samples", n_samples, minimum=1)
+    check_int("context", context, minimum=2)
+    corpus = generate_text(n_samples * context + 1, seed=seed)
+    ids = encode(corpus, VOCAB)  # (N·T + 1,)
+    features = ids[:-1].view(n_samples, context)  # (N, T)
+    targets = ids[1:].view(n_samples, context)  # (N, T): each token's next character
+    info = {"vocab": VOCAB, "context": context, "stride": context, "seed": seed, "text": corpus[:300]}
+    return Dataset("text", features, targets, "classification", num_classes=len(VOCAB), info=info)
+
+
 DATASETS: Mapping[str, Callable[..., Dataset]] = MappingProxyType(
-    {"digits": digits, "regression": regression, "synthetic_images": synthetic_images}
+    {"digits": digits, "regression": regression, "synthetic_images": synthetic_images, "text": text}
 )
 
 
@@ -144,7 +171,7 @@ def load_dataset(name: str, **options: object) -> Dataset:
     """Build the dataset registered as ``name`` with its keyword ``options``.
 
     Args:
-        name: one of ``DATASETS`` (``"digits"``, ``"regression"``, ``"synthetic_images"``).
+        name: one of ``DATASETS`` (``"digits"``, ``"regression"``, ``"synthetic_images"``, ``"text"``).
         **options: the builder's keyword arguments, e.g. ``n_samples=1000`` for ``"regression"``.
 
     Raises:
@@ -153,6 +180,8 @@ def load_dataset(name: str, **options: object) -> Dataset:
     Example:
         >>> load_dataset("digits")
         Dataset('digits', 1797 samples, features (1, 8, 8) float32, 10 classes)
+        >>> load_dataset("text", n_samples=2048, context=32, seed=0)
+        Dataset('text', 2048 samples, features (32,) int64, 37 classes)
     """
     check_choice("name", name, DATASETS)
     builder = DATASETS[name]

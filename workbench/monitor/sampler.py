@@ -20,7 +20,8 @@ _MAX_ERRORS = 100
 class DeviceSampler:
     """Samples ``{"time", "cpu", "gpus"}`` every `interval` seconds on a daemon thread.
 
-    Nothing runs until `start`; `stop` ends the thread within one interval and shuts NVML. Samples are
+    Nothing runs until `start`; `stop` ends the thread within one interval and shuts NVML (a run stopped
+    before its first tick still gets one sample, covering the time it ran). Samples are
     taken on a fixed grid, so slow reads (NVML's PCIe counters take 20 ms each) don't stretch the period;
     ticks missed while a sample overran are skipped. Subscribers are called on the sampler thread after
     each sample; one that raises, or a reader that fails, is reported in `errors` (the last 100) and the
@@ -143,11 +144,15 @@ class DeviceSampler:
         try:
             read_cpu()  # prime psutil's counters so the first sample covers one interval
             due = time.monotonic() + self.interval
+            sampled = False
             while not stop.wait(max(0.0, due - time.monotonic())):
                 self._sample_and_publish()
+                sampled = True
                 self.cpu_seconds = cpu_before + time.thread_time() - cpu_started
                 missed = max(0, math.floor((time.monotonic() - due) / self.interval))
                 due += (missed + 1) * self.interval
+            if not sampled:  # stopped within the first interval: one sample of the time it ran
+                self._sample_and_publish()
         finally:
             self.cpu_seconds = cpu_before + time.thread_time() - cpu_started
 

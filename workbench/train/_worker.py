@@ -1,6 +1,6 @@
 """The worker side of `workbench.train.launch`: one forked process per rank.
 
-A worker joins the process group, runs the user's function with a ready `DataParallel`, streams the
+A worker joins the process group, runs the user's function with its strategy bound to it, streams the
 trainer's events to the launcher through a pipe, obeys the dashboard's control requests (rank 0 reads
 them; the strategy broadcasts them to the other ranks), and hands its result back through a file.
 """
@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, Event
-from workbench.train.strategy import DataParallel, leave_process_group
+from workbench.train.strategy import DataParallel, DistributedStrategy, leave_process_group
 
 RESULT_FILE = "rank0-result.pt"
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -36,6 +36,7 @@ class WorkerSpec:
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
+    strategy: DistributedStrategy | None  # None: DataParallel
     world_size: int
     backend: str
     addr: str
@@ -109,7 +110,9 @@ def _run(
         world_size=spec.world_size,
         timeout=datetime.timedelta(seconds=spec.timeout_s),
     )
-    strategy = DataParallel(sync_control=True)
+    strategy = spec.strategy if spec.strategy is not None else DataParallel()  # this worker's forked copy
+    strategy.sync_control = True  # so the dashboard's requests reach every rank at the same step
+    strategy.bind()
     strategy.callbacks.append(PipeEvents(events))
     if commands is not None:
         strategy.control = TrainControl()
@@ -117,10 +120,7 @@ def _run(
             target=_obey, args=(commands, strategy.control), name="workbench-control", daemon=True
         ).start()
     value = spec.fn(strategy, *spec.args)
-    state = None
-    if rank == 0 and strategy.module is not None:
-        state = {k: v.detach().cpu() for k, v in strategy.module.state_dict().items()}
-    return value, state
+    return value, strategy.result_state()  # every rank takes part: shards and stages are gathered
 
 
 def _obey(commands: Connection, control: TrainControl) -> None:

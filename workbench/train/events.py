@@ -9,6 +9,22 @@ Events and their keys:
   ``start_step`` (> 0 when resuming), ``config`` (the config as a dict).
 - ``on_step(metrics)``: ``step`` (1-based optimizer step), ``epoch`` (0-based), ``loss`` (mean over the
   logged interval), ``lr``, ``samples_per_s``, ``grad_norm`` (before clipping), ``rank``, ``time`` (unix s).
+  Some steps carry more, always from the rank that measured it (``rank``):
+
+  - ``memory`` (once a fit, every rank: the first logged step from the fit's second step on, or its
+    only step): bytes this rank held in that step,
+    ``{"params", "grads", "optimizer_state", "activations", "cuda_peak", "device"}``:
+    parameters, gradients and optimizer state as stored on this rank (its shards under FSDP or tensor
+    parallel, its stage under pipeline parallel); ``activations`` is the peak of the tensors autograd
+    saved for backward during that step (the measured proxy on CPU); ``cuda_peak`` is
+    ``torch.cuda.max_memory_allocated`` over the step on a GPU, else None; ``device`` e.g. ``"cpu"``.
+  - ``timeline`` (pipeline parallel, every stage, every logged step but those where torch's engine first
+    meets a batch size and infers shapes): ``{"stage", "stages", "microbatches", "schedule", "spans"}``
+    where ``spans`` lists ``[kind, microbatch, start, end]`` for this stage in this step: kind ``"F"``
+    (forward) or ``"B"`` (backward), times in unix seconds. ``microbatches`` counts one batch's; with
+    gradient accumulation a step runs several batches and their micro-batches are numbered on.
+  - ``rank_loss`` (several ranks): this rank's own loss, on ranks whose loss is their own data's (every
+    rank of DDP/FSDP; the last stage of a pipeline; rank 0 of tensor parallel).
 - ``on_eval(metrics)``: ``step``, ``epoch`` (the one just finished), ``split`` ("val" or "test"),
   ``loss``, ``accuracy`` (classification only, else absent), ``rank``, ``time``.
 - ``on_fit_end(summary)``: ``status`` ("finished", "stopped" or "failed"), ``step``, ``epoch``, ``error``

@@ -1,7 +1,9 @@
 """Run a training function on N processes from a notebook cell: ``launch(fn, nprocs=2)``.
 
 Workers are forked (so functions defined in the notebook work), join a process group on a free port of
-127.0.0.1, and each calls ``fn(strategy, *args)`` with a ready `DataParallel`. While they run, their events
+127.0.0.1, and each calls ``fn(strategy, *args)`` with the strategy bound to that group: a `DataParallel`
+unless ``strategy=`` names another (`FullyShardedDataParallel`, `PipelineParallel`, `TensorParallel`),
+which is checked against ``model=`` and ``config=`` before any process starts. While they run, their events
 (loss, throughput per rank, evaluations) stream back through pipes to the callbacks given here, e.g. a
 `Dashboard`, and the dashboard's pause/stop/lr requests go to the workers. When they finish, `launch`
 returns rank 0's return value and, with ``model=``, loads rank 0's trained weights into your model.
@@ -14,6 +16,7 @@ interrupting the kernel stops every worker. No process, port or thread is left b
         return trainer.fit().metrics
 
     metrics = launch(train, nprocs=2, model=model)     # `model` now holds the trained weights
+    launch(train, 2, strategy=PipelineParallel(schedule="gpipe"), model=model, config=config)
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from workbench.train._worker import RESULT_FILE, WorkerSpec, run_worker
 from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
 from workbench.train.events import Broadcast, Callback
-from workbench.train.strategy import BACKENDS, default_backend
+from workbench.train.strategy import BACKENDS, DataParallel, DistributedStrategy, default_backend
 
 _POLL_S = 0.05
 _TERMINATE_GRACE_S = 3.0
@@ -59,7 +62,9 @@ def launch(
     nprocs: int,
     *,
     args: Iterable[Any] = (),
+    strategy: DistributedStrategy | None = None,
     model: torch.nn.Module | None = None,
+    config: TrainConfig | None = None,
     callbacks: Iterable[Callback] = (),
     control: TrainControl | None = None,
     backend: str | None = None,
@@ -72,11 +77,16 @@ def launch(
     """Run ``fn(strategy, *args)`` on `nprocs` forked processes; return rank 0's return value.
 
     Args:
-        fn: the per-rank training function; its first argument is a `DataParallel` strategy (pass it to
-            ``Trainer(..., strategy=strategy)``). It may be defined in the notebook.
+        fn: the per-rank training function; its first argument is the strategy, bound to the process group
+            (pass it to ``Trainer(..., strategy=strategy)``). It may be defined in the notebook.
         nprocs: processes (ranks), ≥ 1; on GPUs at most the number of GPUs (one each).
         args: more arguments for `fn`.
-        model: a module to load rank 0's trained weights into (those of the model the trainer wrapped).
+        strategy: how the ranks share the work: `DataParallel()` (the default), `FullyShardedDataParallel`,
+            `PipelineParallel` or `TensorParallel` (with their options). Checked before anything starts,
+            against `model` and `config` where given (split points, micro-batches, the tensor plan...).
+        model: the model `fn` trains; after training, rank 0's trained weights are loaded into it (the
+            whole model, gathered from the ranks' shards or stages).
+        config: the `TrainConfig` `fn` trains with (for the checks, e.g. micro-batches vs batch_size).
         callbacks: receive every rank's ``on_step`` and rank 0's other events, in this process, live.
         control: requests (pause, stop, lr, clipping) forwarded to the workers' trainers.
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPUs); default nccl when torch sees a GPU.
@@ -100,7 +110,9 @@ def launch(
         fn,
         nprocs,
         args=args,
+        strategy=strategy,
         model=model,
+        config=config,
         callbacks=callbacks,
         control=control,
         backend=backend,
@@ -116,7 +128,7 @@ def launch(
 class Launch:
     """A distributed job that a `Dashboard` can drive like a `Trainer`: ``Dashboard(Launch(fn, 2))``.
 
-    Arguments as for `launch`; `config` (optional) only gives the dashboard its initial lr/clip fields.
+    Arguments as for `launch`; `config` also gives the dashboard its initial lr/clip fields.
     `fit` runs the job (blocking) and returns rank 0's return value.
     """
 
@@ -126,6 +138,7 @@ class Launch:
         nprocs: int,
         *,
         args: Iterable[Any] = (),
+        strategy: DistributedStrategy | None = None,
         model: torch.nn.Module | None = None,
         config: TrainConfig | None = None,
         callbacks: Iterable[Callback] = (),
@@ -159,6 +172,14 @@ class Launch:
         self.timeout_s = check_positive("timeout_s", timeout_s)
         self.model = model
         self.config = config if config is not None else TrainConfig()
+        if strategy is not None and not isinstance(strategy, DistributedStrategy):
+            raise ValueError(
+                f"strategy must be a distributed strategy (DataParallel(), FullyShardedDataParallel(), "
+                f"PipelineParallel(), TensorParallel()), got {strategy!r}"
+            )
+        self.strategy = strategy
+        if strategy is not None:  # before any process starts: split points, micro-batches, the plan...
+            strategy.validate(model, self.config, world_size=self.nprocs)
         self.control = control if control is not None else TrainControl()
         self.events = Broadcast(callbacks)
         self.verbose = verbose
@@ -186,7 +207,14 @@ class Launch:
         else:
             where = f"CPU, {self.threads} thread{'s' if self.threads > 1 else ''} each"
         port = port if port is not None else self.port
-        return f"{self.nprocs} processes ({self.backend}, {where}) on {self.addr}:{port or '(free port)'}"
+        how = (
+            f", {self.strategy.summary()}"
+            if self.strategy is not None and not isinstance(self.strategy, DataParallel)
+            else ""
+        )
+        return (
+            f"{self.nprocs} processes ({self.backend}, {where}){how} on {self.addr}:{port or '(free port)'}"
+        )
 
     def fit(self, resume: bool = False) -> Any:
         """Start the workers, stream their events until they end, return rank 0's return value."""
@@ -204,6 +232,7 @@ class Launch:
             spec = WorkerSpec(
                 self.fn,
                 self.args,
+                self.strategy,
                 self.nprocs,
                 self.backend,
                 self.addr,

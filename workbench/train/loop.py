@@ -15,11 +15,13 @@ The loop publishes plain-dict events to callbacks (`workbench.train.events`) and
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,22 +29,24 @@ from typing import Any
 import torch
 
 from workbench.data import ShardedLoader, Splits
+from workbench.train import gradients
 from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes, TrainControl
 from workbench.train.events import Broadcast, Callback, Event
+from workbench.train.memory import StepMemoryProbe
 from workbench.train.metrics_log import MetricsLog
 from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor
 from workbench.train.precision import resolve_precision
-from workbench.train.strategy import SingleDevice, Strategy
+from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
 
 CHECKPOINT_FILE = "checkpoint.pt"
 CONFIG_FILE = "config.json"
-# Changing these between a checkpoint and its resume would change the data order or the step count.
+# Changing these between a checkpoint and its resume would change the data order or the step count
+# (batch_size as the global batch: per rank × shards of the data, so the number of ranks may change).
 _RESUME_MUST_MATCH = ("batch_size", "accumulate", "seed", "epochs")
 
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-Batch = tuple[torch.Tensor, torch.Tensor]
+__all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "Trainer"]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -85,8 +89,10 @@ class Trainer:
         runs_dir: where run directories live (default ``runs``).
         optimizer_factory: ``factory(params, optimizer_config) -> torch.optim.Optimizer`` for optimizers
             beyond sgd/adam/adamw (e.g. the fused numba ones).
-        strategy: where to train: `SingleDevice` (default, on ``config.device``) or `DataParallel`
-            (one process per rank; batch_size is per rank, so the global batch is batch_size × ranks).
+        strategy: where to train: `SingleDevice` (default, on ``config.device``), `DataParallel` or
+            `FullyShardedDataParallel` (one process per rank, each on its shard of the data; batch_size is
+            per rank, so the global batch is batch_size × ranks), `PipelineParallel` or `TensorParallel`
+            (every rank on the same batches of batch_size).
 
     Example:
         >>> from workbench.data import load_dataset, split_dataset
@@ -118,6 +124,8 @@ class Trainer:
             raise ValueError("splits.train is empty; give the training split at least one sample")
         if run is not None and (not isinstance(run, str) or not run or "/" in run or run in (".", "..")):
             raise ValueError(f"run must be a non-empty name without '/', got {run!r}")
+        self.strategy.bind()
+        self.strategy.validate(model, self.config)
         self.device = self.strategy.device
         if self.config.device not in ("auto", self.device.type):
             raise ValueError(
@@ -126,7 +134,7 @@ class Trainer:
             )
         self.precision = resolve_precision(self.config.precision, self.device)
         self.rank, self.world_size = self.strategy.rank, self.strategy.world_size
-        self.model = self.strategy.wrap(model.to(self.device))
+        self.model = self.strategy.wrap(model)  # on the device (a pipeline moves only its stage)
         self.loss_fn = loss_fn
         self.splits = splits
         self.classification = splits.train.task == "classification"
@@ -148,8 +156,8 @@ class Trainer:
                 self.config.batch_size,
                 shuffle=name == "train",
                 seed=self.config.seed,
-                rank=self.rank,
-                world_size=self.world_size,
+                rank=self.strategy.data_rank,
+                world_size=self.strategy.data_world_size,
                 remainder="pad" if name == "train" else "uneven",
             )
             for name in ("train", "val", "test")
@@ -166,6 +174,10 @@ class Trainer:
         self.clip_value = self.config.clip_value
         self.checkpoint: Path | None = None
         self._last: dict[str, dict[str, float]] = {}
+        # a fit measures memory at its second step (its first when it has one): the first also does
+        # one-off work (a pipeline's shape inference), and from the second on the optimizer state exists
+        self._memory_step = 1
+        self._memory: dict[str, Any] | None = None  # measured, to send with the next logged step
 
     # ------------------------------------------------------------------ public
 
@@ -218,24 +230,32 @@ class Trainer:
         loader = self._loaders[split]
         model = self.strategy.unwrap(self.model)  # ranks see different numbers of batches: no DDP here
         model.eval()
-        # loss sum, correct, count: summed over this rank's shard, then over all ranks
-        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        # loss sum, correct predictions, samples, predictions: summed over this rank's shard, then over
+        # the ranks whose results count (one per shard of the data)
+        totals = torch.zeros(4, dtype=torch.float64, device=self.device)
+        # where every rank must join every forward (FSDP), a rank out of batches repeats a sample uncounted
+        spare = getattr(self.splits, split)
+        rounds = self.strategy.forward_rounds(len(loader))
+        extra = itertools.repeat((spare.features[:1], spare.targets[:1], False), rounds - len(loader))
         with torch.no_grad():
-            for x, y in loader:
+            for x, y, counted in itertools.chain(((x, y, True) for x, y in loader), extra):
                 x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
                 with self.precision.autocast():
-                    output = model(x)
+                    output = self.strategy.predict(model, x)
+                    if output is None or not counted or not self.strategy.counts_loss:
+                        continue
                     loss = self.loss_fn(output, y)
                 totals[0] += loss.double() * len(x)
-                if self.classification:
-                    totals[1] += (output.argmax(dim=1) == y).sum()
+                if self.classification:  # per sample, or per token (outputs (B, T, classes), targets (B, T))
+                    totals[1] += (output.argmax(dim=-1) == y).sum()
+                    totals[3] += y.numel()
                 totals[2] += len(x)
-        loss_sum, correct, count = self.strategy.all_reduce(totals).tolist()
+        loss_sum, correct, count, predictions = self.strategy.all_reduce(totals).tolist()
         if count == 0:
             return {}
         metrics = {"loss": loss_sum / count}
         if self.classification:
-            metrics["accuracy"] = correct / count
+            metrics["accuracy"] = correct / predictions
         return metrics
 
     # ------------------------------------------------------------------ loop
@@ -299,17 +319,13 @@ class Trainer:
         measure = check is not None
         self.model.train()
         samples = sum(len(x) for x, _ in group)
-        step_loss = None
-        for index, (x, y) in enumerate(group):
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            # gradients are all-reduced once per step, on the last micro-batch
-            with self.strategy.no_sync(self.model, index < len(group) - 1):
-                with self.precision.autocast():
-                    loss = self.loss_fn(self.model(x), y)
-                if len(group) > 1:  # mean over the whole group, as one batch of all its samples would give
-                    loss = loss * (len(x) / samples)
-                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-            step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+        probe = StepMemoryProbe(self.model, self.device) if self.step + 1 == self._memory_step else None
+        with probe if probe is not None else contextlib.nullcontext():
+            step_loss = self.strategy.forward_backward(
+                self.model, group, self.loss_fn, self.precision, self.scaler
+            )
+        if step_loss is None:  # a rank that computes no loss (a pipeline stage before the last)
+            step_loss = torch.zeros((), device=self.device)
         checked_sum = self._check_finite(check, step_loss) if check is not None else None
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
@@ -324,20 +340,23 @@ class Trainer:
             self.scaler.update()
         else:
             self.optimizer.step()
+        if probe is not None:
+            self._memory = probe.report(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         return step_loss, samples, grad_norm, checked_sum
 
     def _clip_gradients(self, measure: bool) -> float | None:
         """Clip by value, then by global norm; returns the norm before clipping when measured or clipped."""
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grads = [p.grad for p in params]
         norm = None
         if measure or self.clip_norm:
-            norm = torch.nn.utils.get_total_norm(grads)
+            norm = self.strategy.total_norm(grads)
         if self.clip_value:
-            torch.nn.utils.clip_grad_value_(self.model.parameters(), self.clip_value)
+            gradients.clip_by_value_(params, self.clip_value)
         if self.clip_norm:
-            clip_norm = torch.nn.utils.get_total_norm(grads) if self.clip_value else norm
-            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), self.clip_norm, clip_norm)
+            clip_norm = self.strategy.total_norm(grads) if self.clip_value else norm
+            gradients.clip_by_norm_(params, self.clip_norm, clip_norm)
         return float(norm) if measure else None
 
     def _step_boundary(self) -> bool:
@@ -364,17 +383,21 @@ class Trainer:
         self, interval: _Interval, grad_norm: float | None, all_ranks_sum: float | None
     ) -> None:
         loss = interval.mean_loss()
-        metrics: dict[str, Any] = {}
+        metrics: dict[str, Any] = self.strategy.step_details()
         if self.world_size > 1:  # `loss` is the mean over all ranks; each rank's own is `rank_loss`
             assert all_ranks_sum is not None  # a logged step checked (and reduced) its interval
-            metrics["rank_loss"] = loss
+            if self.strategy.counts_loss:
+                metrics["rank_loss"] = loss
             loss = all_ranks_sum / interval.steps
+        if self._memory is not None:
+            metrics["memory"], self._memory = self._memory, None
         self._last["train"] = {"loss": loss}
         self.events.on_step(
             self._event(
                 loss=loss,
                 lr=self.optimizer.param_groups[0]["lr"],
-                samples_per_s=interval.samples_per_s(),
+                # ranks that share their data with a counted rank do not add to the throughput
+                samples_per_s=interval.samples_per_s() if self.strategy.counts_loss else None,
                 grad_norm=grad_norm,
                 **metrics,
             )
@@ -416,7 +439,13 @@ class Trainer:
         if total is None:
             return None
         if self.world_size > 1:  # every rank sees a NaN on any rank, so all stop at the same step
-            total = self.strategy.all_reduce(total.detach().float().clone(), "mean")
+            # the mean over the shards of the data: ranks that share a shard with a counted rank add 0
+            total = (
+                total.detach().float().clone()
+                if self.strategy.counts_loss
+                else torch.zeros_like(total).float()
+            )
+            total = self.strategy.all_reduce(total, "sum") / self.strategy.data_world_size
         value = float(total)  # NaN and inf survive the sum, so one sync checks every step of the interval
         if not math.isfinite(value):
             first = self.step - interval.steps + 1
@@ -452,19 +481,23 @@ class Trainer:
             path = candidate if candidate.is_file() else None
         elif resume:
             path = Path(resume)
+        self._memory = None
         if path is None:
             self.step = self.epoch = self._position = 0
-            torch.manual_seed(self.config.seed + self.rank)  # ranks draw different dropout masks
+            # ranks on different data draw different dropout masks; ranks sharing data (tensor parallel)
+            # draw the same ones, so their replicated activations stay equal
+            torch.manual_seed(self.config.seed + self.strategy.data_rank)
         else:
             self._load(path)
+        self._memory_step = self.step + (2 if self.total_steps - self.step >= 2 else 1)
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / CONFIG_FILE).write_text(json.dumps(self.config.to_dict(), indent=2))
 
     def _state(self) -> dict[str, Any]:
         return {
-            "model": self.strategy.unwrap(self.model).state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": self.strategy.model_state(self.model),
+            "optimizer": self.strategy.optimizer_state(self.model, self.optimizer),
             "scaler": None if self.scaler is None else self.scaler.state_dict(),
             "step": self.step,
             "epoch": self.epoch,
@@ -475,6 +508,7 @@ class Trainer:
             "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
             "rank_rngs": self.strategy.gather_object(torch.get_rng_state()) if self.world_size > 1 else [],
+            "data_shards": self.strategy.data_world_size,
             "config": self.config.to_dict(),
         }
 
@@ -489,19 +523,31 @@ class Trainer:
     def _due_checkpoint(self) -> bool:
         return self.run_dir is not None and self.epoch % self.config.checkpoint_every == 0
 
+    def _check_resumable(self, path: Path, saved: TrainConfig, saved_shards: int) -> None:
+        """Refuse a checkpoint whose data order or step count differs from this run's."""
+        for name in _RESUME_MUST_MATCH:
+            was, now = getattr(saved, name), getattr(self.config, name)
+            if name == "epochs" and was <= now:
+                continue
+            shards = self.strategy.data_world_size
+            if name == "batch_size" and saved_shards != shards:
+                if was * saved_shards != now * shards:
+                    raise ValueError(
+                        f"cannot resume from {path}: the global batch was {was} × {saved_shards} data "
+                        f"shards = {was * saved_shards} there and is {now} × {shards} = {now * shards} now; "
+                        "keep batch_size × ranks the same"
+                    )
+            elif was != now:
+                raise ValueError(
+                    f"cannot resume from {path}: {name} was {was!r} there and is {now!r} now; use the same "
+                    f"{name} (epochs may only grow)"
+                )
+
     def _load(self, path: Path) -> None:
         state = load_checkpoint(path, map_location=self.device)
-        saved = TrainConfig.from_dict(state["config"])
-        for name in _RESUME_MUST_MATCH:
-            if name == "epochs" and getattr(saved, name) <= self.config.epochs:
-                continue
-            if getattr(saved, name) != getattr(self.config, name):
-                raise ValueError(
-                    f"cannot resume from {path}: {name} was {getattr(saved, name)!r} there and is "
-                    f"{getattr(self.config, name)!r} now; use the same {name} (epochs may only grow)"
-                )
-        self.strategy.unwrap(self.model).load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self._check_resumable(path, TrainConfig.from_dict(state["config"]), state.get("data_shards", 1))
+        self.strategy.load_model_state(self.model, state["model"])
+        self.strategy.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
         if self.scaler is not None and state["scaler"] is not None:
             self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self._position = state["step"], state["epoch"], state["position"]

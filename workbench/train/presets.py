@@ -2,7 +2,7 @@
 
 Example:
     >>> sorted(PRESETS)
-    ['digits-mlp', 'images-cnn', 'regression-linear']
+    ['digits-mlp', 'images-cnn', 'images-cnn-head', 'regression-linear', 'text-transformer']
     >>> experiment = build_experiment("regression-linear", n_samples=1000, epochs=1)
     >>> experiment.config.epochs, len(experiment.splits.train)
     (1, 800)
@@ -70,6 +70,23 @@ PRESETS: dict[str, Preset] = {
         lambda data: models.small_cnn(data.features.shape[1], data.num_classes),
         functional.cross_entropy,
         TrainConfig(epochs=2, batch_size=128, optimizer=OptimizerConfig("adamw", lr=3e-3)),
+    ),
+    "images-cnn-head": Preset(
+        "small CNN with a 64-wide MLP head (tensor-parallel friendly) on the synthetic images, AdamW",
+        "synthetic_images",
+        lambda data: models.small_cnn(data.features.shape[1], data.num_classes, hidden=64),
+        functional.cross_entropy,
+        TrainConfig(epochs=2, batch_size=128, optimizer=OptimizerConfig("adamw", lr=3e-3)),
+    ),
+    "text-transformer": Preset(
+        "character GPT (d_model 64, 4 heads, 2 blocks) on 2,048 × 32 characters of grammar text, AdamW",
+        "text",
+        lambda data: models.transformer_lm(
+            data.num_classes, data.features.shape[1], d_model=64, n_heads=4, n_layers=2
+        ),
+        models.next_token_loss,
+        TrainConfig(epochs=2, batch_size=32, optimizer=OptimizerConfig("adamw", lr=3e-3)),
+        {"n_samples": 2048, "context": 32},
     ),
 }
 

@@ -1,8 +1,9 @@
 """Live views of training: ipywidgets + plotly in a notebook, a tqdm bar in a terminal.
 
-`Dashboard` puts a progress bar, `LossPlot`, `DeviceMonitor` and controls together; `ConsoleProgress` is the
-text fallback. `HardwareInspector` and `Estimator` help choose hardware and a strategy. Names are imported
-on first use, so ``workbench.widgets.console`` needs no plotly.
+`Dashboard` puts a progress bar, `LossPlot`, `DeviceMonitor` and controls together, with `MemoryPlot` and
+`PipelineTimeline` once the trainer reports memory or pipeline spans; `ConsoleProgress` is the text fallback.
+`HardwareInspector` and `Estimator` help choose hardware and a strategy. Names are imported on first use,
+so ``workbench.widgets.console`` needs no plotly.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ _HOMES = {
     "Estimator": "workbench.widgets.estimator",
     "HardwareInspector": "workbench.widgets.hardware",
     "LossPlot": "workbench.widgets.loss_plot",
+    "MemoryPlot": "workbench.widgets.memory_plot",
+    "PipelineTimeline": "workbench.widgets.pipeline_timeline",
 }
 
 __all__ = sorted(_HOMES)

@@ -2,7 +2,8 @@
 
 Training runs in a background thread so the notebook stays responsive: the buttons work while it runs.
 It drives a `Trainer`, or a `Launch` (data-parallel workers): then the plot shows every rank's loss and
-the status line each rank's throughput, and the buttons reach the workers.
+the status line each rank's throughput, and the buttons reach the workers. A memory plot appears once
+the trainer reports memory, and a pipeline timeline once every stage of a pipeline step has reported.
 
     dashboard = Dashboard(trainer)   # shows itself when it is the last expression of a cell
     dashboard.start()                # or press Start
@@ -25,6 +26,8 @@ from workbench.train.events import Callback, Event
 from workbench.widgets._display import widget_bundle
 from workbench.widgets.device_monitor import DeviceMonitor
 from workbench.widgets.loss_plot import LossPlot
+from workbench.widgets.memory_plot import MemoryPlot
+from workbench.widgets.pipeline_timeline import PipelineTimeline
 from workbench.widgets.throttle import Throttle
 
 _PUSHES_PER_S = 4  # progress bar and status text, drawn by a timer thread, not the training thread
@@ -33,6 +36,10 @@ _GRACE_S = 5.0  # after an interrupt, how long a Launch's workers get to stop at
 
 class Dashboard(Callback):
     """Start/pause/stop a `Trainer` from a notebook and watch it: progress, loss curves, device use.
+
+    `memory_plot` (a `MemoryPlot`) and `timeline` (a `PipelineTimeline`) are subscribed too, and join the
+    dashboard below the other views when they first have something to draw: the first ``memory`` event,
+    the first pipeline step whose every stage reported its ``timeline``.
 
     Args:
         trainer: the `Trainer` (or `Launch`) to drive; the dashboard subscribes to its events and uses
@@ -78,8 +85,13 @@ class Dashboard(Callback):
         self._started_at = 0.0
         self._start_step = 0
         self._total_steps = trainer.total_steps
+        self.memory_plot = MemoryPlot()
+        self.timeline = PipelineTimeline()
+        self._views_lock = threading.Lock()  # the VBox's children: the timer and training threads add views
         self._build_widgets()
         trainer.add_callback(self.loss_plot)
+        trainer.add_callback(self.memory_plot)
+        trainer.add_callback(self.timeline)
         trainer.add_callback(self)
 
     # ------------------------------------------------------------------ widgets
@@ -248,6 +260,8 @@ class Dashboard(Callback):
         if self.sampler is not None and self.sampler.running:
             self.sampler.stop()
             self._unsubscribe()
+            if self.device_monitor is not None:
+                self.device_monitor.flush()  # the last samples, though the monitor's timer may not have
 
     def _on_pause_toggle(self, change: dict[str, Any]) -> None:
         if change["new"]:
@@ -303,6 +317,18 @@ class Dashboard(Callback):
         if self._latest is not None:
             self.progress.value = self._latest["step"]
         self.status.value = self._status_text(state)
+        self._show_new_views()
+
+    def _show_new_views(self) -> None:
+        """Append the memory plot / pipeline timeline once they hold data (drawn first: never empty)."""
+        with self._views_lock:
+            for view, has_data in (
+                (self.memory_plot, self.memory_plot.memory),  # a rank reported its memory
+                (self.timeline, self.timeline.latest),  # every stage of a step reported its spans
+            ):
+                if view.widget not in self.widget.children and has_data():
+                    view.flush()
+                    self.widget.children = (*self.widget.children, view.widget)
 
     def _status_text(self, state: str) -> str:
         self._state = state

@@ -1,0 +1,75 @@
+"""Gradient norm and clipping over parameters that may be DTensors (tensor parallel, FSDP) or plain tensors.
+
+torch's own helpers (``get_total_norm``, ``clip_grad_value_``, ``clip_grads_with_norm_``) batch their work
+with foreach kernels, which refuse a list that mixes DTensors and plain tensors (tensor parallelism shards
+some layers and replicates the rest). These group the tensors by kind and call torch on each group, so a
+plain list takes exactly torch's path.
+
+Example:
+    >>> params = [torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(1))]
+    >>> for p in params:
+    ...     p.grad = torch.full_like(p, 2.0)
+    >>> norm = total_norm([p.grad for p in params])
+    >>> float(norm)
+    4.0
+    >>> clip_by_norm_(params, 1.0, norm)
+    >>> round(float(total_norm([p.grad for p in params])), 4)
+    1.0
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import torch
+
+
+def is_dtensor(tensor: object) -> bool:
+    """Whether `tensor` is a DTensor (without importing torch.distributed.tensor, slow to import: if it
+    was never imported, nothing is a DTensor)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(tensor, module.DTensor)
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """The part of `tensor` stored in this process (a DTensor's local shard; a plain tensor itself)."""
+    return tensor.to_local() if is_dtensor(tensor) else tensor
+
+
+def total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of all `grads` together, as a plain scalar tensor (a DTensor's norm covers every shard)."""
+    norms = []
+    for group in _by_kind(grads):
+        norm = torch.nn.utils.get_total_norm(group)
+        norms.append(norm.full_tensor() if is_dtensor(norm) else norm)
+    if not norms:
+        return torch.tensor(0.0)
+    if len(norms) == 1:
+        return norms[0]
+    return torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms]))
+
+
+def clip_by_value_(params: Sequence[torch.Tensor], value: float) -> None:
+    """Clamp every gradient element of `params` into [-value, value], in place."""
+    for group in _by_kind([p for p in params if p.grad is not None]):
+        torch.nn.utils.clip_grad_value_(group, value)
+
+
+def clip_by_norm_(params: Sequence[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """Scale the gradients of `params` in place so that their total norm (`norm`, from `total_norm`) is at
+    most `max_norm`."""
+    for group in _by_kind([p for p in params if p.grad is not None]):
+        if is_dtensor(group[0]):  # torch's foreach scaling refuses a plain coefficient
+            coefficient = min(max_norm / (float(norm) + 1e-6), 1.0)
+            for param in group:
+                param.grad.mul_(coefficient)
+        else:
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, norm)
+
+
+def _by_kind(tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """The DTensors and the plain tensors of `tensors`, as separate non-empty lists."""
+    dtensors = [t for t in tensors if is_dtensor(t)]
+    plain = [t for t in tensors if not is_dtensor(t)]
+    return [group for group in (plain, dtensors) if group]

@@ -1,0 +1,119 @@
+"""What one rank holds in memory for training: parameters, gradients, optimizer state and activations.
+
+`StepMemoryProbe` watches one training step: it tracks the tensors autograd saves for backward (through
+``torch.autograd.graph.saved_tensors_hooks``) while they are alive, so ``activations`` is their peak, e.g.
+the micro-batches a pipeline schedule keeps in flight at once, not just their sum. On a GPU it also reads
+``torch.cuda.max_memory_allocated`` over the step. Bytes are counted per storage, once, as stored on this
+rank: a DTensor counts its local shard (FSDP and tensor parallel), a pipeline stage only its own layers.
+
+Example:
+    >>> model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 1))
+    >>> optimizer = torch.optim.Adam(model.parameters())
+    >>> probe = StepMemoryProbe(model, torch.device("cpu"))
+    >>> with probe:
+    ...     model(torch.zeros(8, 10)).sum().backward()
+    >>> optimizer.step()
+    >>> memory = probe.report(optimizer)
+    >>> memory["params"], memory["grads"], memory["optimizer_state"] >= 2 * memory["params"]
+    (964, 964, True)
+    >>> memory["activations"]  # the input (8×10), the ReLU output (8×20): 4 bytes each
+    960
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from workbench.train.gradients import local
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors` on this rank (views and shards counted once)."""
+    seen: dict[int, int] = {}
+    for tensor in tensors:
+        storage = local(tensor).untyped_storage()
+        seen.setdefault(storage.data_ptr(), storage.nbytes())
+    return sum(seen.values())
+
+
+class StepMemoryProbe:
+    """A context manager around one step's forward and backward passes of `model` (parameters saved for
+    backward are not activations); `report` after the optimizer step."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
+        self.model, self.device = model, device
+        self.live = 0  # bytes of saved tensors alive now
+        self.peak = 0
+        self._counts: dict[int, int] = {}  # storage address → saved tensors holding it
+        self._hooks: Any = None
+
+    def __enter__(self) -> StepMemoryProbe:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+
+    def report(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Bytes on this rank: ``params``, ``grads`` (call before zero_grad), ``optimizer_state``,
+        ``activations`` (peak saved for backward), ``cuda_peak`` (GPU, else None), ``device``."""
+        params = list(self.model.parameters())
+        state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        cuda_peak = None
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            cuda_peak = torch.cuda.max_memory_allocated(self.device)
+        return {
+            "params": storage_bytes(params),
+            "grads": storage_bytes(p.grad for p in params if p.grad is not None),
+            "optimizer_state": storage_bytes(state),
+            "activations": self.peak,
+            "cuda_peak": cuda_peak,
+            "device": str(self.device),
+        }
+
+    def _pack(self, tensor: torch.Tensor) -> Any:
+        storage = local(tensor).untyped_storage()
+        address = storage.data_ptr()
+        # the parameters registered now: FSDP registers gathered ones only while their layer runs, and
+        # frees them after, so their addresses come back as activations
+        params = {local(p).untyped_storage().data_ptr() for p in self.model.parameters()}
+        if address in params or storage.nbytes() == 0:
+            return tensor
+        count = self._counts.get(address, 0)
+        if count == 0:
+            self.live += storage.nbytes()
+            self.peak = max(self.peak, self.live)
+        self._counts[address] = count + 1
+        return _Saved(tensor, address, storage.nbytes(), self)
+
+    def _release(self, address: int, nbytes: int) -> None:
+        count = self._counts[address] - 1
+        if count:
+            self._counts[address] = count
+        else:
+            del self._counts[address]
+            self.live -= nbytes
+
+
+class _Saved:
+    """A saved tensor as autograd holds it; when autograd frees it (after its backward), it stops counting."""
+
+    __slots__ = ("address", "nbytes", "probe", "tensor")
+
+    def __init__(self, tensor: torch.Tensor, address: int, nbytes: int, probe: StepMemoryProbe) -> None:
+        self.tensor, self.address, self.nbytes, self.probe = tensor, address, nbytes, probe
+
+    def __del__(self) -> None:
+        self.probe._release(self.address, self.nbytes)
+
+
+def _unpack(saved: Any) -> torch.Tensor:
+    return saved.tensor if isinstance(saved, _Saved) else saved

@@ -1,0 +1,195 @@
+"""Tensor parallelism: single layers split across ranks (``torch.distributed.tensor.parallel``).
+
+A Linear layer's weight is cut by output features (*column-wise*: each rank computes some of the outputs)
+or by input features (*row-wise*: each rank computes a partial sum over its inputs, then an all-reduce adds
+them). A column-wise layer followed by a row-wise one needs no communication between them (Megatron's MLP):
+the first leaves each rank with its slice of the hidden features, which is exactly the input slice the
+second wants. In attention the q/k/v projections are column-wise (each rank gets whole heads) and the
+output projection row-wise. Every rank sees the same batch; layers not in the plan are replicated.
+
+    strategy = TensorParallel()                       # the plan comes from the model (see default_plan)
+    strategy = TensorParallel({"1": "colwise", "3": "rowwise"})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from workbench.train.config import TrainConfig
+from workbench.train.sharded import ShardedStrategy
+
+STYLES = ("colwise", "rowwise")
+_ACTIVATIONS = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Dropout)
+
+
+class TensorParallel(ShardedStrategy):
+    """Split the plan's Linear layers across all ranks; every rank trains on the same batches.
+
+    Args:
+        plan: dotted module name → ``"colwise"`` or ``"rowwise"``, e.g. ``{"block0.mlp.fc1": "colwise",
+            "block0.mlp.fc2": "rowwise"}``; None takes `default_plan` of the model. Column-wise outputs stay
+            split, so a column-wise layer must feed a row-wise one (or attention heads that then feed one).
+        sync_control: see `DistributedStrategy` (`launch` turns it on).
+
+    Example:
+        >>> from workbench.train import TrainConfig, models
+        >>> model = models.mlp(64, 10, hidden=(32, 32))
+        >>> default_plan(model)
+        {'1': 'colwise', '3': 'rowwise'}
+        >>> TensorParallel({"mlp.fc1": "colwise"}).validate(model, TrainConfig(), world_size=2)
+        Traceback (most recent call last):
+        ...
+        ValueError: the tensor-parallel plan names 'mlp.fc1', which is not a module of the model; its ...
+    """
+
+    name = "tensor parallel"
+
+    def __init__(self, plan: Mapping[str, str] | None = None, *, sync_control: bool = False) -> None:
+        super().__init__(sync_control=sync_control)
+        if plan is not None and not isinstance(plan, Mapping):
+            raise ValueError(f"plan must map module names to 'colwise' or 'rowwise', got {plan!r}")
+        self.plan = None if plan is None else dict(plan)
+
+    def validate(self, model: nn.Module | None, config: TrainConfig, world_size: int | None = None) -> None:
+        """Raise ValueError if the plan names a missing module, a layer that is not Linear, a style other
+        than colwise/rowwise, a size that does not divide among the ranks, or if fp16 is asked for.
+        Without a model, only the styles and the precision are checked."""
+        world_size = self.world_size if world_size is None else world_size
+        if config.precision == "fp16":
+            raise ValueError("precision='fp16' is not supported with tensor parallel here; use 'bf16'")
+        if model is None:
+            for name, style in (self.plan or {}).items():
+                _check_style(name, style)
+            return
+        plan = self.plan_for(model)
+        modules = dict(model.named_modules())
+        linears = _first([name for name, m in modules.items() if isinstance(m, nn.Linear)])
+        for name, style in plan.items():
+            if name not in modules:
+                raise ValueError(
+                    f"the tensor-parallel plan names {name!r}, which is not a module of the model; its "
+                    f"Linear layers are: {linears}"
+                )
+            _check_style(name, style)
+            layer = modules[name]
+            if not isinstance(layer, nn.Linear):
+                raise ValueError(
+                    f"the tensor-parallel plan names {name!r}, a {type(layer).__name__}; only Linear layers "
+                    f"split here; the model's Linear layers are: {linears}"
+                )
+            size = layer.out_features if style == "colwise" else layer.in_features
+            if size % world_size:
+                features = "output" if style == "colwise" else "input"
+                raise ValueError(
+                    f"{name!r} ({style}) has {size} {features} features, which do not divide among "
+                    f"{world_size} ranks"
+                )
+        for name, module in modules.items():
+            heads = _heads(module)
+            if heads is not None and plan.get(f"{name}.q") == "colwise" and heads % world_size:
+                raise ValueError(
+                    f"{name!r} has {heads} attention heads, which do not divide among {world_size} ranks "
+                    "(each rank computes whole heads)"
+                )
+
+    def plan_for(self, model: nn.Module) -> dict[str, str]:
+        """The plan this strategy applies to `model`: the one given, or `default_plan`."""
+        return self.plan if self.plan is not None else default_plan(model)
+
+    @property
+    def data_rank(self) -> int:
+        return 0  # every rank trains on the same batches
+
+    @property
+    def data_world_size(self) -> int:
+        return 1
+
+    @property
+    def counts_loss(self) -> bool:
+        return self.rank == 0  # the others compute the same loss
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """Split the plan's layers across the ranks, in place (`parallelize_module`)."""
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        styles: dict[str, Any] = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+        plan = {name: styles[style]() for name, style in self.plan_for(model).items()}
+        parallelize_module(model.to(self.device), self.mesh(), plan)
+        self.module = model
+        return model
+
+    def summary(self) -> str:
+        return "tensor parallel"
+
+
+def default_plan(model: nn.Module) -> dict[str, str]:
+    """A Megatron-style plan read off the model's structure.
+
+    - attention (a module with Linear children ``q``, ``k``, ``v``, ``proj``, like
+      `workbench.train.models.CausalSelfAttention`): q, k, v column-wise, proj row-wise;
+    - a feed-forward module with Linear children ``fc1`` and ``fc2``: fc1 column-wise, fc2 row-wise;
+    - in an ``nn.Sequential``: each Linear followed (after activations or dropout only) by another Linear:
+      the first column-wise, the second row-wise (an MLP's hidden layers, a CNN's classifier head).
+
+    Raises ValueError when the model has none of these (give the plan yourself).
+    """
+    plan: dict[str, str] = {}
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        children = dict(module.named_children())
+        if all(isinstance(children.get(k), nn.Linear) for k in ("q", "k", "v", "proj")):
+            plan.update({f"{prefix}{k}": "colwise" for k in ("q", "k", "v")})
+            plan[f"{prefix}proj"] = "rowwise"
+        elif all(isinstance(children.get(k), nn.Linear) for k in ("fc1", "fc2")):
+            plan.update({f"{prefix}fc1": "colwise", f"{prefix}fc2": "rowwise"})
+        elif isinstance(module, nn.Sequential):
+            plan.update(_sequential_pairs(module, prefix))
+    if not plan:
+        raise ValueError(
+            f"no tensor-parallel plan found for {type(model).__name__}: it has no attention (q, k, v, proj), "
+            "no feed-forward (fc1, fc2) and no Linear → activation → Linear in an nn.Sequential; give "
+            "TensorParallel(plan={'name.of.linear1': 'colwise', 'name.of.linear2': 'rowwise'})"
+        )
+    return plan
+
+
+def _sequential_pairs(sequential: nn.Sequential, prefix: str) -> dict[str, str]:
+    plan: dict[str, str] = {}
+    pending: str | None = None  # a Linear waiting for its row-wise partner
+    for name, layer in sequential.named_children():
+        if isinstance(layer, nn.Linear):
+            if pending is None:
+                pending = name
+            else:
+                plan[f"{prefix}{pending}"], plan[f"{prefix}{name}"] = "colwise", "rowwise"
+                pending = None
+        elif not isinstance(layer, _ACTIVATIONS):
+            pending = None
+    return plan
+
+
+def _first(names: list[str], shown: int = 8) -> str:
+    """The first `shown` names, and how many there are in all."""
+    if not names:
+        return "none"
+    more = f", … ({len(names)} in all)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _check_style(name: str, style: object) -> None:
+    if style not in STYLES:
+        raise ValueError(
+            f"the tensor-parallel plan gives {name!r} style {style!r}; allowed values: 'colwise', 'rowwise'"
+        )
+
+
+def _heads(module: nn.Module) -> int | None:
+    """Attention heads of a module with q and a ``head_dim`` (as models.CausalSelfAttention), else None."""
+    head_dim = getattr(module, "head_dim", None)
+    q = getattr(module, "q", None)
+    if isinstance(head_dim, int) and isinstance(q, nn.Linear) and head_dim > 0:
+        return q.out_features // head_dim
+    return None
