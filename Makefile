@@ -44,9 +44,9 @@ test: $(STAMP) $(CHROMIUM)
 install: $(STAMP)
 
 # The README's tour pictures: the browser test runs the notebooks and crops their dashboards.
-TOUR := 02_optimizers_dashboard.png 03_data_parallel_dashboard.png
+TOUR := 02_optimizers_dashboard.png 03_data_parallel_dashboard.png 04_model_parallel_dashboard.png
 screenshots: $(STAMP) $(CHROMIUM)
-	$(BIN)/python -m pytest tests/browser -k "02_optimizers or 03_data_parallel"
+	$(BIN)/python -m pytest tests/browser -k "02_optimizers or 03_data_parallel or 04_model_parallel"
 	mkdir -p docs/tour && cd artifacts/browser && cp $(TOUR) ../../docs/tour/
 
 lint: $(STAMP)
