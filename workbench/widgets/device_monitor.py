@@ -14,7 +14,6 @@ With no GPUs (no NVML) ``"gpus"`` is empty and only CPU and RAM are drawn.
 from __future__ import annotations
 
 import html
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,8 +25,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench._validate import check_positive
-from workbench.widgets._display import widget_bundle
-from workbench.widgets.throttle import Throttle
+from workbench.widgets.live_figure import LiveFigure
 
 Sample = dict[str, Any]
 _COLORS = plotly.colors.qualitative.Plotly
@@ -52,7 +50,7 @@ class _Line:
     y: deque[float] = field(default_factory=deque)
 
 
-class DeviceMonitor:
+class DeviceMonitor(LiveFigure):
     """Utilisation % and memory-used % per device against seconds since the first sample.
 
     Left panel: average CPU utilisation and each GPU's (and each CPU core as a thin grey line with
@@ -87,14 +85,6 @@ class DeviceMonitor:
     ) -> None:
         self.window_s = check_positive("window_s", window_s)
         self.per_core = per_core
-        self._throttle = Throttle(self._draw, check_positive("max_updates_per_s", max_updates_per_s))
-        self._data_lock = threading.Lock()  # lines and latest sample; held for microseconds
-        self._figure_lock = threading.Lock()  # the figure and summary; taken before _data_lock
-        self._lines: dict[str, _Line] = {}
-        self._t0: float | None = None
-        self._latest: Sample | None = None
-        self._traces: dict[str, Any] = {}
-        self._unsubscribe: Callable[[], None] | None = None
         figure = make_subplots(
             rows=1, cols=2, subplot_titles=("utilization %", "memory used %"), horizontal_spacing=0.08
         )
@@ -106,12 +96,17 @@ class DeviceMonitor:
         )
         figure.update_xaxes(title_text="seconds", range=[0, self.window_s])
         figure.update_yaxes(range=[0, 102])
-        self.figure = go.FigureWidget(figure)
-        self.summary = widgets.HTML(value="waiting for the first sample…")
-        self.widget = widgets.VBox([self.summary, self.figure])
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return widget_bundle(self.widget, repr(self), **kwargs)
+        self.summary = widgets.HTML(value="waiting for the first sample…")  # drawn under _figure_lock
+        super().__init__(
+            go.FigureWidget(figure), max_updates_per_s=max_updates_per_s, controls=[self.summary]
+        )
+        self._unsubscribe: Callable[[], None] | None = None
+        # under _data_lock:
+        self._lines: dict[str, _Line] = {}
+        self._t0: float | None = None
+        self._latest: Sample | None = None
+        # under _figure_lock:
+        self._traces: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         shown = "a sample shown" if self._latest is not None else "no samples yet"
@@ -145,17 +140,7 @@ class DeviceMonitor:
         unsubscribe, self._unsubscribe = self._unsubscribe, None
         if unsubscribe is not None:
             unsubscribe()
-        self._throttle.stop()
-        self.flush()
-
-    def flush(self) -> None:
-        """Draw the latest samples now, on this thread."""
-        self._draw()
-
-    def point_counts(self) -> dict[str, int]:
-        """Trace name → number of points in the figure now."""
-        with self._figure_lock:
-            return {trace.name: 0 if trace.x is None else len(trace.x) for trace in self.figure.data}
+        self._stop_and_flush()
 
     def _values(self, sample: Sample) -> Iterator[tuple[str, int, str, float]]:
         """(line name, panel, legend group, percent) for each value the sample reports."""

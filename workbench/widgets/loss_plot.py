@@ -8,7 +8,6 @@ redraws the figure from those series, so history length never slows training or 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -17,12 +16,11 @@ import ipywidgets as widgets
 import plotly.colors
 import plotly.graph_objects as go
 
-from workbench._validate import check_int, check_positive
+from workbench._validate import check_int
 from workbench.train.events import Callback, Event
 from workbench.train.metrics_log import read_metrics
-from workbench.widgets._display import widget_bundle
+from workbench.widgets.live_figure import LiveFigure
 from workbench.widgets.series import DownsampledSeries
-from workbench.widgets.throttle import Throttle
 
 SPLITS = ("train", "val", "test")
 _COLORS = plotly.colors.qualitative.Plotly
@@ -41,7 +39,7 @@ class _Run:
     series: dict[str, DownsampledSeries]
 
 
-class LossPlot(Callback):
+class LossPlot(LiveFigure, Callback):
     """Train/val/test loss against step for one or more runs, drawn live while a `Trainer` runs.
 
     Subscribe it to a trainer (``Trainer(..., callbacks=[plot])`` or ``trainer.add_callback(plot)``) and
@@ -78,14 +76,7 @@ class LossPlot(Callback):
         height: int = 380,
     ) -> None:
         self.max_points = check_int("max_points", max_points, minimum=2)
-        self._throttle = Throttle(self._draw, check_positive("max_updates_per_s", max_updates_per_s))
-        self._data_lock = threading.Lock()  # runs, series, _changed; held for microseconds
-        self._figure_lock = threading.RLock()  # the figure; taken before _data_lock, never after
-        self._runs: dict[str, _Run] = {}
-        self._current: _Run | None = None
-        self._changed: set[tuple[str, str]] = set()  # (run, split) appended to since the last draw
-        self._traces: dict[tuple[str, str], Any] = {}
-        self.figure = go.FigureWidget(
+        figure = go.FigureWidget(
             layout={
                 "height": height,
                 "margin": {"l": 60, "r": 20, "t": 30, "b": 45},
@@ -99,10 +90,13 @@ class LossPlot(Callback):
             value=log_y, description="log y", icon="line-chart", tooltip="logarithmic loss axis"
         )
         self.log_toggle.observe(self._on_log_toggle, names="value")
-        self.widget = widgets.VBox([self.log_toggle, self.figure])
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return widget_bundle(self.widget, repr(self), **kwargs)
+        super().__init__(figure, max_updates_per_s=max_updates_per_s, controls=[self.log_toggle])
+        # under _data_lock:
+        self._runs: dict[str, _Run] = {}
+        self._current: _Run | None = None
+        self._changed: set[tuple[str, str]] = set()  # (run, split) appended to since the last draw
+        # under _figure_lock:
+        self._traces: dict[tuple[str, str], Any] = {}
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{name}: {count}" for name, count in self.point_counts().items())
@@ -150,15 +144,6 @@ class LossPlot(Callback):
                 run.series[split].extend(xs[split], ys[split])
         self.flush()
 
-    def flush(self) -> None:
-        """Draw every pending point now, on this thread."""
-        self._draw()
-
-    def point_counts(self) -> dict[str, int]:
-        """Trace name → number of points in the figure now (what the browser shows)."""
-        with self._figure_lock:
-            return {trace.name: 0 if trace.x is None else len(trace.x) for trace in self.figure.data}
-
     # ------------------------------------------------------------------ events (training thread)
 
     def on_fit_start(self, info: Event) -> None:
@@ -192,8 +177,7 @@ class LossPlot(Callback):
         self._throttle.poke()
 
     def on_fit_end(self, summary: Event) -> None:
-        self._throttle.stop()
-        self.flush()
+        self._stop_and_flush()
 
     # ------------------------------------------------------------------ internals
 

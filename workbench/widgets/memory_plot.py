@@ -9,17 +9,14 @@ Reference bars (`MemoryPlot.add_reference`) put, say, a single process beside th
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any
 
-import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from workbench._validate import check_nonnegative, check_positive
+from workbench._validate import check_nonnegative
 from workbench.train.events import Callback, Event
-from workbench.widgets._display import widget_bundle
-from workbench.widgets.throttle import Throttle
+from workbench.widgets.live_figure import LiveFigure
 
 PARTS = ("params", "grads", "optimizer_state", "activations")
 _NAMES = {"params": "parameters", "grads": "gradients", "optimizer_state": "optimizer state"}
@@ -28,7 +25,7 @@ _MIB = 2**20
 _RANK_LABEL = re.compile(r"rank \d+")
 
 
-class MemoryPlot(Callback):
+class MemoryPlot(LiveFigure, Callback):
     """Bytes of parameters, gradients, optimizer state and activations per rank, as stacked bars in MiB.
 
     Subscribe it to a trainer (``callbacks=[plot]``) and show it by ending a cell with ``plot``. Every
@@ -55,15 +52,7 @@ class MemoryPlot(Callback):
     """
 
     def __init__(self, *, max_updates_per_s: float = 4, height: int = 320) -> None:
-        self._throttle = Throttle(self._draw, check_positive("max_updates_per_s", max_updates_per_s))
-        self._data_lock = threading.Lock()  # _memory, _references, _changed; held for microseconds
-        self._figure_lock = threading.Lock()  # the figure; taken before _data_lock, never after
-        self._memory: dict[int, dict[str, Any]] = {}  # rank → its latest memory dict
-        self._references: dict[str, dict[str, Any]] = {}  # label → memory dict, drawn before the ranks
-        self._changed = False
-        self._bars: dict[str, Any] = {}  # part → its bar trace
-        self._peaks: Any = None  # the cuda_peak marker trace, added when a peak is first known
-        self.figure = go.FigureWidget(
+        figure = go.FigureWidget(
             layout={
                 "height": height,
                 "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
@@ -75,10 +64,14 @@ class MemoryPlot(Callback):
                 "template": "plotly_white",
             }
         )
-        self.widget = widgets.VBox([self.figure])
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return widget_bundle(self.widget, repr(self), **kwargs)
+        super().__init__(figure, max_updates_per_s=max_updates_per_s)
+        # under _data_lock:
+        self._memory: dict[int, dict[str, Any]] = {}  # rank → its latest memory dict
+        self._references: dict[str, dict[str, Any]] = {}  # label → memory dict, drawn before the ranks
+        self._changed = False
+        # under _figure_lock:
+        self._bars: dict[str, Any] = {}  # part → its bar trace
+        self._peaks: Any = None  # the cuda_peak marker trace, added when a peak is first known
 
     def __repr__(self) -> str:
         with self._data_lock:
@@ -118,10 +111,6 @@ class MemoryPlot(Callback):
             trace = self._bars.get(PARTS[0])
             return [] if trace is None or trace.x is None else list(trace.x)
 
-    def flush(self) -> None:
-        """Draw any pending change now, on this thread."""
-        self._draw()
-
     # ------------------------------------------------------------------ events (training thread)
 
     def on_fit_start(self, info: Event) -> None:
@@ -137,8 +126,7 @@ class MemoryPlot(Callback):
         self._throttle.poke()
 
     def on_fit_end(self, summary: Event) -> None:
-        self._throttle.stop()
-        self.flush()
+        self._stop_and_flush()
 
     # ------------------------------------------------------------------ internals
 

@@ -9,19 +9,16 @@ measured bubble with ``(p − 1) / (m + p − 1)``.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import ipywidgets as widgets
 import plotly.colors
 import plotly.graph_objects as go
 
-from workbench._validate import check_int, check_positive
+from workbench._validate import check_int
 from workbench.train.events import Callback, Event
 from workbench.train.timeline import KINDS, StepTimeline
-from workbench.widgets._display import widget_bundle
-from workbench.widgets.throttle import Throttle
+from workbench.widgets.live_figure import LiveFigure
 
 _COLORS = plotly.colors.qualitative.Plotly  # one per micro-batch, repeating
 _KIND_STYLE: dict[str, dict[str, Any]] = {
@@ -34,7 +31,7 @@ _KIND_STYLE: dict[str, dict[str, Any]] = {
 }
 
 
-class PipelineTimeline(Callback):
+class PipelineTimeline(LiveFigure, Callback):
     """The latest complete pipeline step as a Gantt chart: stages down, seconds from the step start across.
 
     Subscribe it to a trainer (``callbacks=[view]``) and show it by ending a cell with ``view``. ``on_step``
@@ -64,15 +61,7 @@ class PipelineTimeline(Callback):
 
     def __init__(self, *, max_pending: int = 8, max_updates_per_s: float = 4, height: int = 300) -> None:
         self.max_pending = check_int("max_pending", max_pending, minimum=1)
-        self._throttle = Throttle(self._draw, check_positive("max_updates_per_s", max_updates_per_s))
-        self._data_lock = threading.Lock()  # _pending, _latest, _changed; held for microseconds
-        self._figure_lock = threading.Lock()  # the figure; taken before _data_lock, never after
-        self._pending: dict[int, dict[int, Mapping[str, Any]]] = {}  # step → stage → payload
-        self._latest: tuple[int | None, StepTimeline] | None = None  # (step, its timeline)
-        self._done = 0  # the newest complete step of this fit: payloads of steps up to it are ignored
-        self._changed = False
-        self._traces: dict[str, Any] = {}  # kind → its bar trace
-        self.figure = go.FigureWidget(
+        figure = go.FigureWidget(
             layout={
                 "height": height,
                 "margin": {"l": 70, "r": 20, "t": 40, "b": 40},
@@ -84,10 +73,14 @@ class PipelineTimeline(Callback):
                 "template": "plotly_white",
             }
         )
-        self.widget = widgets.VBox([self.figure])
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return widget_bundle(self.widget, repr(self), **kwargs)
+        super().__init__(figure, max_updates_per_s=max_updates_per_s)
+        # under _data_lock:
+        self._pending: dict[int, dict[int, Mapping[str, Any]]] = {}  # step → stage → payload
+        self._latest: tuple[int | None, StepTimeline] | None = None  # (step, its timeline)
+        self._done = 0  # the newest complete step of this fit: payloads of steps up to it are ignored
+        self._changed = False
+        # under _figure_lock:
+        self._traces: dict[str, Any] = {}  # kind → its bar trace
 
     def __repr__(self) -> str:
         latest = self.latest()
@@ -117,10 +110,6 @@ class PipelineTimeline(Callback):
             self._changed = True
         self.flush()
         return timeline
-
-    def flush(self) -> None:
-        """Draw any pending change now, on this thread."""
-        self._draw()
 
     # ------------------------------------------------------------------ events (training thread)
 
@@ -157,8 +146,7 @@ class PipelineTimeline(Callback):
         self._throttle.poke()
 
     def on_fit_end(self, summary: Event) -> None:
-        self._throttle.stop()
-        self.flush()
+        self._stop_and_flush()
 
     # ------------------------------------------------------------------ internals
 
@@ -203,15 +191,18 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'es' if word.endswith('h') else 's'}" if count != 1 else f"{count} {word}"
 
 
+def _shape(timeline: StepTimeline) -> str:
+    """e.g. "2 stages × 4 micro-batches"."""
+    return f"{_plural(timeline.stages, 'stage')} × {_plural(timeline.microbatches, 'micro-batch')}"
+
+
 def _summary(timeline: StepTimeline) -> str:
     """e.g. "1F1B, 2 stages × 4 micro-batches, bubble 31% measured, 20% ideal"."""
-    shape = f"{_plural(timeline.stages, 'stage')} × {_plural(timeline.microbatches, 'micro-batch')}"
     bubble = f"bubble {timeline.bubble:.0%} measured, {timeline.ideal_bubble:.0%} ideal"
-    return f"{timeline.schedule}, {shape}, {bubble}"
+    return f"{timeline.schedule}, {_shape(timeline)}, {bubble}"
 
 
 def _title(timeline: StepTimeline) -> str:
     """e.g. "1F1B · 2 stages × 4 micro-batches · bubble 31% measured, 20% = (p−1)/(m+p−1)"."""
-    shape = f"{_plural(timeline.stages, 'stage')} × {_plural(timeline.microbatches, 'micro-batch')}"
     bubble = f"bubble {timeline.bubble:.0%} measured, {timeline.ideal_bubble:.0%} = (p−1)/(m+p−1)"
-    return f"{timeline.schedule} · {shape} · {bubble}"
+    return f"{timeline.schedule} · {_shape(timeline)} · {bubble}"

@@ -1,0 +1,60 @@
+"""What every live plot shares: a plotly figure that other threads feed and a timer thread redraws.
+
+Threads and locks: the training (or sampler) thread changes a view's data under `_data_lock`, held for
+microseconds, then calls ``_throttle.poke()``. The view's `_draw` runs on the throttle's timer thread, at
+most `max_updates_per_s` times a second, or on the caller of `flush`; it holds `_figure_lock` and takes
+`_data_lock` inside it only to copy what changed, never the other way round.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from workbench._validate import check_positive
+from workbench.widgets._display import widget_bundle
+from workbench.widgets.throttle import Throttle
+
+
+class LiveFigure:
+    """A plotly `figure` shown in an ipywidgets VBox below `controls`, redrawn by the subclass's `_draw`.
+
+    Args:
+        figure: the FigureWidget to draw into.
+        max_updates_per_s: the most timer redraws per second (> 0).
+        controls: widgets shown above the figure (a toggle, a summary line).
+    """
+
+    def __init__(
+        self, figure: go.FigureWidget, *, max_updates_per_s: float, controls: Sequence[widgets.Widget] = ()
+    ) -> None:
+        self._throttle = Throttle(self._draw, check_positive("max_updates_per_s", max_updates_per_s))
+        self._data_lock = threading.Lock()
+        self._figure_lock = threading.RLock()
+        self.figure = figure
+        self.widget = widgets.VBox([*controls, figure])
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return widget_bundle(self.widget, repr(self), **kwargs)
+
+    def flush(self) -> None:
+        """Draw what is pending now, on this thread."""
+        self._draw()
+
+    def point_counts(self) -> dict[str, int]:
+        """Trace name → number of points in the figure now (what the browser shows)."""
+        with self._figure_lock:
+            return {trace.name: 0 if trace.x is None else len(trace.x) for trace in self.figure.data}
+
+    def _stop_and_flush(self) -> None:
+        """Stop the timer thread and draw what it had not drawn yet (the end of a run)."""
+        self._throttle.stop()
+        self.flush()
+
+    def _draw(self) -> None:
+        """Send the data changed since the last draw to the figure (under `_figure_lock`)."""
+        raise NotImplementedError
