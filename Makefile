@@ -1,6 +1,6 @@
 # Two commands on a fresh machine:
 #   make lab    set up .venv, install the `workbench` kernelspec, open the tutorials in JupyterLab
-#   make test   set up .venv and run every test and notebook (ruff, pytest, nbval)
+#   make test   set up .venv and run every test and notebook (ruff, import layers, pytest, nbval)
 #   (also: make install, lint, clean, and screenshots: the README's tour pictures from the browser test)
 #
 # Knobs (make VAR=value ...):
@@ -39,6 +39,7 @@ lab: $(STAMP)
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest --nbval-lax --doctest-modules $(PYTEST_ARGS) tests workbench notebooks
 
 install: $(STAMP)
@@ -52,6 +53,7 @@ screenshots: $(STAMP) $(CHROMIUM)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 # torch first, from the pin, so that resolving the project never pulls a CUDA build on a CPU machine.
 $(STAMP): pyproject.toml $(CONSTRAINTS) kernels/workbench/kernel.json

@@ -1,4 +1,4 @@
-"""Shared test helpers: the repository root and a stand-in for NVML."""
+"""Shared test helpers: the repository root, free ports, small fast data, and a stand-in for NVML."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.train.launch import free_port as _free_port
+from workbench.data import load_dataset, split_dataset
+from workbench.parallel.launcher import free_port as _free_port
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,6 +22,16 @@ def repo() -> Path:
 def free_port() -> Callable[[], int]:
     """Call it for a TCP port on 127.0.0.1 that is free now (servers, rendezvous)."""
     return _free_port
+
+
+@pytest.fixture(scope="session")
+def digits_splits():
+    return split_dataset(load_dataset("digits"), (0.8, 0.1, 0.1), seed=0)
+
+
+@pytest.fixture(scope="session")
+def regression_splits():
+    return split_dataset(load_dataset("regression", n_samples=600, noise=0.1), (0.8, 0.1, 0.1), seed=0)
 
 
 class FakeNvml:

@@ -25,6 +25,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from workbench.parallel.registry import STRATEGIES, strategy_spec
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
@@ -116,7 +118,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--runs-dir", default="runs")
     train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
     ddp = train.add_argument_group("several processes (--strategy ddp, fsdp, pipeline or tensor)")
-    ddp.add_argument("--strategy", choices=("single", *_STRATEGIES), default="single")
+    ddp.add_argument("--strategy", choices=tuple(STRATEGIES), default="single")
     ddp.add_argument(
         "--pipeline-schedule", choices=("1f1b", "gpipe"), default="1f1b", help="--strategy pipeline"
     )
@@ -128,9 +130,6 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     ddp.add_argument("--master-port", type=int, default=29500, help="rendezvous port")
     ddp.add_argument("--print-command", action="store_true", help="print the torchrun command and exit")
     train.set_defaults(command="train", run=_train)
-
-
-_STRATEGIES = ("ddp", "fsdp", "pipeline", "tensor")
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -155,8 +154,8 @@ def _kernel_install(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     import torch
 
+    from workbench.presets import PRESETS
     from workbench.tables import text_table
-    from workbench.train import PRESETS
 
     if args.list or args.preset is None:
         print(text_table(["preset", "what"], [[name, p.description] for name, p in PRESETS.items()]))
@@ -194,7 +193,7 @@ _CHANGEABLE = (
 
 
 def _experiment(args: argparse.Namespace) -> Any:
-    from workbench.train import build_experiment
+    from workbench.presets import build_experiment
 
     changes = {name: getattr(args, name) for name in _CHANGEABLE if getattr(args, name) is not None}
     return build_experiment(args.preset, **changes)
@@ -239,21 +238,19 @@ def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None)
 
 def _strategy(args: argparse.Namespace) -> Any:
     """The strategy --strategy names, with its options (not yet bound to a process group)."""
-    from workbench.train import DataParallel, FullyShardedDataParallel, PipelineParallel, TensorParallel
-
+    strategy_class = strategy_spec(args.strategy).load()
     if args.strategy == "pipeline":
         points = None if args.split_points is None else [p for p in args.split_points.split(",") if p]
-        return PipelineParallel(
+        return strategy_class(
             split_points=points, schedule=args.pipeline_schedule, microbatches=args.microbatches
         )
-    kinds = {"ddp": DataParallel, "fsdp": FullyShardedDataParallel, "tensor": TensorParallel}
-    return kinds[args.strategy]()
+    return strategy_class()
 
 
 def _train_distributed(args: argparse.Namespace) -> int:
     """Under torchrun: be one rank. Otherwise: print the torchrun command, or launch local processes."""
-    from workbench.train import launch
-    from workbench.train.strategy import join_process_group_from_env, under_torchrun
+    from workbench.parallel import launch
+    from workbench.parallel.process_group import join_process_group_from_env, under_torchrun
 
     strategy = _strategy(args)
     if under_torchrun():

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.gloo_ranks import run_on_gloo_ranks
+from workbench import models
 from workbench.estimate import (
     BucketLog,
     communication_bytes,
@@ -13,7 +14,6 @@ from workbench.estimate import (
     measure_training_step,
     ring_allreduce_bytes,
 )
-from workbench.train import models
 
 
 def _ddp_step(rank: int, world_size: int) -> tuple[int, int, int]:

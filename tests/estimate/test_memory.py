@@ -7,6 +7,7 @@ import torch
 from torch.nn import functional
 
 from tests.gloo_ranks import run_on_gloo_ranks
+from workbench import models
 from workbench.estimate import (
     BucketLog,
     Cluster,
@@ -18,7 +19,6 @@ from workbench.estimate import (
     profile_model,
 )
 from workbench.tables import text_table
-from workbench.train import models
 
 TOLERANCE = 0.10
 # name -> (model factory, input shape of one batch, target factory, loss)

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
+from workbench import models
 from workbench.estimate import forward_flops, predict_step_time, training_flops
-from workbench.train import models
 
 RATES = {"flops_per_s": 1e12, "memory_bandwidth": 1e11, "link_bandwidth": 1e10}
 

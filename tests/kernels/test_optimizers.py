@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from workbench.kernels import FusedAdam, FusedSGD, fused_optimizer_factory
-from workbench.train import OptimizerConfig, Trainer, build_experiment
+from workbench.presets import build_experiment
+from workbench.train import OptimizerConfig, Trainer
 
 
 def _model(device):

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.nn import functional
 
+from workbench import models
 from workbench.data import ShardedLoader
 from workbench.train import (
     Callback,
@@ -15,7 +16,6 @@ from workbench.train import (
     TrainControl,
     Trainer,
     load_checkpoint,
-    models,
     read_metrics,
 )
 

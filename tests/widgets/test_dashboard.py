@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch.nn import functional
 
-from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer, load_checkpoint, models
+from workbench import models
+from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer, load_checkpoint
 from workbench.widgets.dashboard import Dashboard
 
 
@@ -221,8 +222,10 @@ def test_fit_trains_on_the_calling_thread_and_raises_failures(splits):
 def test_a_launch_shows_every_rank_live_and_returns_rank_0s_value():
     import torch
 
+    from workbench import models
     from workbench.data import load_dataset, split_dataset
-    from workbench.train import Launch, OptimizerConfig, TrainConfig, Trainer, models
+    from workbench.parallel import Launch
+    from workbench.train import OptimizerConfig, TrainConfig, Trainer
 
     splits = split_dataset(load_dataset("regression", n_samples=400), (0.8, 0.2, 0.0), seed=0)
     config = TrainConfig(epochs=2, batch_size=16, log_every=2, optimizer=OptimizerConfig("sgd", lr=0.05))
@@ -248,7 +251,7 @@ def test_a_launch_shows_every_rank_live_and_returns_rank_0s_value():
 def test_interrupting_wait_on_a_stuck_launch_terminates_its_workers_within_10_seconds(monkeypatch):
     import psutil
 
-    from workbench.train import Launch
+    from workbench.parallel import Launch
 
     def stuck(strategy):
         time.sleep(600)  # never reaches a step boundary

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from workbench import models
 from workbench.devices import DeviceReport, GpuInfo, NvmlReport, device_report
 from workbench.devices.microbench import HardwareBenchmark, Measurement, benchmark_hardware
 from workbench.estimate.hardware import hardware_from_benchmark
-from workbench.train import models
 from workbench.widgets.estimator import STRATEGIES, Estimator
 from workbench.widgets.hardware import HardwareInspector
 

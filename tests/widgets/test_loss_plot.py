@@ -5,8 +5,9 @@ import time
 import pytest
 import torch
 
+from workbench import models
 from workbench.data import load_dataset, split_dataset
-from workbench.train import OptimizerConfig, TrainConfig, Trainer, models
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Callback
 from workbench.train.metrics_log import MetricsLog
 from workbench.widgets.loss_plot import LossPlot

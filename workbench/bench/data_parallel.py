@@ -21,10 +21,12 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional
 
+from workbench import models
 from workbench._validate import check_int
 from workbench.data import Dataset, Splits
+from workbench.parallel import launch
 from workbench.tables import text_table
-from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer, launch, models
+from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Event
 
 FEATURES, HIDDEN, CLASSES = 1024, (1024, 1024), 10

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional
 
+from workbench import models
 from workbench._validate import check_int
 from workbench.data import ShardedLoader, Splits, load_dataset, split_dataset
 from workbench.tables import text_table
-from workbench.train import OptimizerConfig, TrainConfig, Trainer, models
-from workbench.train.events import Broadcast, Callback, Event
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
+from workbench.train.events import Callback, CallbackList, Event
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,8 @@ def _hand_written(model: torch.nn.Module, splits: Splits, config: TrainConfig) -
                 functional.cross_entropy(model(x), y)
 
 
-class _TimedCallbacks(Broadcast):
-    """Forwards events like `Broadcast`, recording how long each on_step took on the training thread."""
+class _TimedCallbacks(CallbackList):
+    """Forwards events like `CallbackList`, recording how long each on_step took on the training thread."""
 
     def __init__(self, callbacks: list[Callback]) -> None:
         super().__init__(callbacks)

@@ -5,7 +5,7 @@
 
 Example:
     >>> import torch
-    >>> from workbench.train import models
+    >>> from workbench import models
     >>> model = models.mlp(64, 10)
     >>> memory = estimate_memory(model, sample=torch.zeros(1, 64), batch_size=64, strategy="ddp", devices=2)
     >>> comm = communication_bytes("ddp", memory.grads // 4, 2)

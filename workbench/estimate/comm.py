@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workbench._validate import check_choice, check_int, check_nonnegative
+from workbench.parallel.registry import STRATEGIES
 
-STRATEGIES = ("single", "ddp", "fsdp", "pipeline", "tensor")
 PRECISIONS = ("fp32", "bf16", "fp16")
 GRAD_BYTES = 4  # autocast keeps fp32 parameters, so gradients are reduced in fp32
 

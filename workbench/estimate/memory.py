@@ -5,7 +5,7 @@ layer type; `estimate_memory` turns that profile into bytes per device. `workben
 measures the same quantities on a real training step; tests compare the two (single device and DDP).
 
 Example:
-    >>> from workbench.train import models
+    >>> from workbench import models
     >>> model = models.mlp(64, 10, hidden=(128, 128))
     >>> memory = estimate_memory(model, sample=torch.zeros(1, 64), batch_size=64, optimizer="adam")
     >>> memory.params == 26_122 * 4, memory.optimizer_state == 2 * 26_122 * 4
@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 from workbench._validate import check_choice, check_int, check_nonnegative
+from workbench.parallel.registry import STRATEGIES
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
-STRATEGIES = ("single", "ddp", "fsdp", "pipeline", "tensor")
 
 FP32 = 4
 HALF = 2

@@ -18,8 +18,7 @@ True
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from workbench._lazy import lazy_attributes
 
 _HOMES = {
     "FusedAdam": "workbench.kernels.optimizers",
@@ -52,12 +51,4 @@ _HOMES = {
 
 __all__ = sorted(_HOMES)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'workbench.kernels' has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOMES])
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES)

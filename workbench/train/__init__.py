@@ -1,67 +1,57 @@
-"""Training: config, loop, events, checkpoints, presets; strategies (one device, DDP, FSDP, pipeline and
-tensor parallel) and the launcher.
+"""Training on one device: config, the loop, events, control, checkpoints and run directories, and the
+`Strategy` protocol the loop talks to (`SingleDevice` here; the distributed ones in `workbench.parallel`).
 
->>> from workbench.train import Trainer, build_experiment
+>>> from workbench.presets import build_experiment
+>>> from workbench.train import Trainer
 >>> e = build_experiment("digits-mlp", epochs=1)
 >>> Trainer(e.model, e.loss_fn, e.splits, e.config).fit().status
 'finished'
 """
 
-from workbench.train import models
 from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import OPTIMIZERS, PRECISIONS, SCHEDULES, OptimizerConfig, TrainConfig
 from workbench.train.control import Changes, TrainControl
-from workbench.train.events import Broadcast, Callback, Event
+from workbench.train.events import Callback, CallbackList, Event
 from workbench.train.follow import Follower, follow_metrics
-from workbench.train.fsdp import FullyShardedDataParallel
-from workbench.train.launch import Launch, WorkerFailed, free_port, launch
-from workbench.train.loop import FitResult, NonFiniteLossError, Trainer
+from workbench.train.job import Job
+from workbench.train.loop import FitResult, Trainer
+from workbench.train.loss_check import NonFiniteLossError
 from workbench.train.metrics_log import MetricsLog, read_metrics
 from workbench.train.optim import build_optimizer, lr_factor
-from workbench.train.pipeline import PipelineParallel
 from workbench.train.precision import Precision, resolve_precision
-from workbench.train.presets import PRESETS, Experiment, Preset, build_experiment
-from workbench.train.strategy import DataParallel, DistributedStrategy, SingleDevice, Strategy
-from workbench.train.tensor_parallel import TensorParallel
+from workbench.train.run_dir import RunDir
+from workbench.train.strategy import SingleDevice, Strategy, StrategyBase
+from workbench.train.supervision import Supervision, supervised
 
 __all__ = [
     "OPTIMIZERS",
     "PRECISIONS",
-    "PRESETS",
     "SCHEDULES",
-    "Broadcast",
     "Callback",
+    "CallbackList",
     "Changes",
-    "DataParallel",
-    "DistributedStrategy",
     "Event",
-    "Experiment",
     "FitResult",
     "Follower",
-    "FullyShardedDataParallel",
-    "Launch",
+    "Job",
     "MetricsLog",
     "NonFiniteLossError",
     "OptimizerConfig",
-    "PipelineParallel",
     "Precision",
-    "Preset",
+    "RunDir",
     "SingleDevice",
     "Strategy",
-    "TensorParallel",
+    "StrategyBase",
+    "Supervision",
     "TrainConfig",
     "TrainControl",
     "Trainer",
-    "WorkerFailed",
-    "build_experiment",
     "build_optimizer",
     "follow_metrics",
-    "free_port",
-    "launch",
     "load_checkpoint",
     "lr_factor",
-    "models",
     "read_metrics",
     "resolve_precision",
     "save_checkpoint",
+    "supervised",
 ]

@@ -56,8 +56,8 @@ class Callback:
         """Training ended: finished, stopped on request, or failed (``summary["error"]`` says why)."""
 
 
-class Broadcast(Callback):
-    """Forwards every event to each callback in order."""
+class CallbackList(Callback):
+    """Forwards every event to each callback in `callbacks`, in order (the trainer's subscribers)."""
 
     def __init__(self, callbacks: Iterable[Callback] = ()) -> None:
         self.callbacks = list(callbacks)

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from workbench._validate import check_positive
-from workbench.train.events import Broadcast, Callback
+from workbench.train.events import Callback, CallbackList
 from workbench.train.metrics_log import METRICS_FILE
 
 _HEAD_BYTES = 256
@@ -31,7 +31,7 @@ class Follower:
 
     def __init__(self, path: Path, callbacks: Iterable[Callback], interval: float) -> None:
         self.path = path
-        self.events = Broadcast(callbacks)
+        self.events = CallbackList(callbacks)
         self.interval = check_positive("interval", interval)
         self.finished = threading.Event()  # a fit_end was read
         self._stop = threading.Event()

@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -73,3 +73,26 @@ def _by_kind(tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
     dtensors = [t for t in tensors if is_dtensor(t)]
     plain = [t for t in tensors if not is_dtensor(t)]
     return [group for group in (plain, dtensors) if group]
+
+
+def clip_(
+    params: Sequence[torch.Tensor],
+    *,
+    clip_value: float,
+    clip_norm: float,
+    norm_of: Callable[[list[torch.Tensor]], torch.Tensor] = total_norm,
+    measure: bool = False,
+) -> float | None:
+    """Clip the gradients of `params` by value, then by global norm (0 turns either off), in place.
+
+    `norm_of` computes the whole model's gradient norm (a strategy's, across shards). Returns the norm
+    before clipping when `measure`, else None.
+    """
+    params = [p for p in params if p.grad is not None]
+    grads = [p.grad for p in params]
+    norm = norm_of(grads) if measure or clip_norm else None
+    if clip_value:
+        clip_by_value_(params, clip_value)
+    if clip_norm:
+        clip_by_norm_(params, clip_norm, norm_of(grads) if clip_value else norm)
+    return float(norm) if measure else None

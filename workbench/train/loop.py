@@ -4,8 +4,9 @@ One public method, `fit`; the steps are private (`_run_epoch`, `_run_step`, `_ev
 The loop publishes plain-dict events to callbacks (`workbench.train.events`) and reads requests from a
 `TrainControl` at step boundaries; it imports no UI code.
 
+    from workbench import models
     from workbench.data import load_dataset, split_dataset
-    from workbench.train import Trainer, TrainConfig, OptimizerConfig, models
+    from workbench.train import Trainer, TrainConfig, OptimizerConfig
     splits = split_dataset(load_dataset("digits"), (0.8, 0.1, 0.1), seed=0)
     trainer = Trainer(models.mlp(64, 10), torch.nn.functional.cross_entropy, splits,
                       TrainConfig(epochs=5, optimizer=OptimizerConfig("adam", lr=3e-3)), run="digits")
@@ -16,41 +17,40 @@ The loop publishes plain-dict events to callbacks (`workbench.train.events`) and
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
 import math
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from workbench.data import ShardedLoader, Splits
+from workbench.data import Splits
 from workbench.train import gradients
-from workbench.train.checkpoint import load_checkpoint, save_checkpoint
+from workbench.train.batches import split_loaders, step_groups
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes, TrainControl
-from workbench.train.events import Broadcast, Callback, Event
+from workbench.train.evaluation import evaluate_shard
+from workbench.train.events import Callback, CallbackList, Event
+from workbench.train.log_window import LogWindow
+from workbench.train.loss_check import NonFiniteLossError, loss_sum_over_ranks, non_finite_message
 from workbench.train.memory import StepMemoryProbe
 from workbench.train.metrics_log import MetricsLog
-from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor
+from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor, optimizer_step
 from workbench.train.precision import resolve_precision
+from workbench.train.run_dir import (
+    LoopPosition,
+    RunDir,
+    capture_training_state,
+    restore_training_state,
+    resume_path,
+)
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
-
-CHECKPOINT_FILE = "checkpoint.pt"
-CONFIG_FILE = "config.json"
-# Changing these between a checkpoint and its resume would change the data order or the step count
-# (batch_size as the global batch: per rank × shards of the data, so the number of ranks may change).
-_RESUME_MUST_MATCH = ("batch_size", "accumulate", "seed", "epochs")
+from workbench.train.supervision import current_supervision
 
 __all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "Trainer"]
-
-
-class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or infinite; training stopped before the optimizer step."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,8 @@ class Trainer:
         splits: train/val/test datasets from `workbench.data.split_dataset`; val or test may be empty.
         config: a `TrainConfig`.
         callbacks: receivers of the loop's events (dashboards, loggers, progress bars).
-        control: a `TrainControl` through which another thread pauses, stops or changes lr/clipping.
+        control: a `TrainControl` through which another thread pauses, stops or changes lr/clipping
+            (under a launcher, its control unless given here: see `workbench.train.supervision`).
         run: a run name; with it, metrics, config and checkpoints go to ``runs_dir/run/``.
         runs_dir: where run directories live (default ``runs``).
         optimizer_factory: ``factory(params, optimizer_config) -> torch.optim.Optimizer`` for optimizers
@@ -95,8 +96,9 @@ class Trainer:
             (every rank on the same batches of batch_size).
 
     Example:
+        >>> from workbench import models
         >>> from workbench.data import load_dataset, split_dataset
-        >>> from workbench.train import OptimizerConfig, models
+        >>> from workbench.train import OptimizerConfig
         >>> splits = split_dataset(load_dataset("regression", n_samples=512), (0.8, 0.1, 0.1), seed=0)
         >>> config = TrainConfig(epochs=2, batch_size=64, optimizer=OptimizerConfig("sgd", lr=0.1))
         >>> result = Trainer(models.linear(10), torch.nn.functional.mse_loss, splits, config).fit()
@@ -122,8 +124,8 @@ class Trainer:
         self.strategy = strategy if strategy is not None else SingleDevice(self.config.device)
         if len(splits.train) == 0:
             raise ValueError("splits.train is empty; give the training split at least one sample")
-        if run is not None and (not isinstance(run, str) or not run or "/" in run or run in (".", "..")):
-            raise ValueError(f"run must be a non-empty name without '/', got {run!r}")
+        self.run = run
+        self.run_dir = RunDir.named(run, runs_dir) if run is not None else None
         self.strategy.bind()
         self.strategy.validate(model, self.config)
         self.device = self.strategy.device
@@ -138,31 +140,18 @@ class Trainer:
         self.loss_fn = loss_fn
         self.splits = splits
         self.classification = splits.train.task == "classification"
+        supervision = current_supervision()  # a launcher's event stream and control, inside its workers
         if control is None:
-            control = self.strategy.control if self.strategy.control is not None else TrainControl()
+            control = supervision.control if supervision.control is not None else TrainControl()
         self.control = control
-        self.run = run
-        self.run_dir = Path(runs_dir) / run if run is not None else None
-        callbacks = [*self.strategy.callbacks, *callbacks]
+        callbacks = [*supervision.callbacks, *callbacks]
         if self.run_dir is not None and self.strategy.is_main:
-            callbacks.insert(0, MetricsLog(self.run_dir))
-        self.events = Broadcast(callbacks)
+            callbacks.insert(0, MetricsLog(self.run_dir.path))
+        self.events = CallbackList(callbacks)
         factory = optimizer_factory if optimizer_factory is not None else build_optimizer
         self.optimizer = factory(self.model.parameters(), self.config.optimizer)
         self.scaler = self.precision.scaler()
-        self._loaders = {
-            name: ShardedLoader(
-                getattr(splits, name),
-                self.config.batch_size,
-                shuffle=name == "train",
-                seed=self.config.seed,
-                rank=self.strategy.data_rank,
-                world_size=self.strategy.data_world_size,
-                remainder="pad" if name == "train" else "uneven",
-            )
-            for name in ("train", "val", "test")
-            if len(getattr(splits, name)) > 0
-        }
+        self._loaders = split_loaders(splits, self.config, self.strategy)
         self.steps_per_epoch = math.ceil(len(self._loaders["train"]) / self.config.accumulate)
         self.total_steps = self.steps_per_epoch * self.config.epochs
         # Where the loop stands; a checkpoint holds exactly these plus the model/optimizer/RNG state.
@@ -184,6 +173,15 @@ class Trainer:
     def add_callback(self, callback: Callback) -> None:
         """Subscribe `callback` to this trainer's events (a dashboard attaching itself, for example)."""
         self.events.callbacks.append(callback)
+
+    def describe(self) -> str:
+        """Where this trainer runs, e.g. "1 process on cpu"."""
+        return self.strategy.describe()
+
+    def terminate(self) -> None:
+        """Stop at the next step boundary, from any thread: the loop runs in this process and cannot be
+        cut short in the middle of a step (`control.stop()` does the same)."""
+        self.control.stop()
 
     def fit(self, resume: bool | str | os.PathLike = False) -> FitResult:
         """Train until the configured epochs are done or a stop is requested.
@@ -227,36 +225,11 @@ class Trainer:
             raise ValueError(f"split={split!r} is not supported; allowed values: 'train', 'val', 'test'")
         if split not in self._loaders:
             return {}  # an empty split
-        loader = self._loaders[split]
         model = self.strategy.unwrap(self.model)  # ranks see different numbers of batches: no DDP here
-        model.eval()
-        # loss sum, correct predictions, samples, predictions: summed over this rank's shard, then over
-        # the ranks whose results count (one per shard of the data)
-        totals = torch.zeros(4, dtype=torch.float64, device=self.device)
-        # where every rank must join every forward (FSDP), a rank out of batches repeats a sample uncounted
-        spare = getattr(self.splits, split)
-        rounds = self.strategy.forward_rounds(len(loader))
-        extra = itertools.repeat((spare.features[:1], spare.targets[:1], False), rounds - len(loader))
-        with torch.no_grad():
-            for x, y, counted in itertools.chain(((x, y, True) for x, y in loader), extra):
-                x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-                with self.precision.autocast():
-                    output = self.strategy.predict(model, x)
-                    if output is None or not counted or not self.strategy.counts_loss:
-                        continue
-                    loss = self.loss_fn(output, y)
-                totals[0] += loss.double() * len(x)
-                if self.classification:  # per sample, or per token (outputs (B, T, classes), targets (B, T))
-                    totals[1] += (output.argmax(dim=-1) == y).sum()
-                    totals[3] += y.numel()
-                totals[2] += len(x)
-        loss_sum, correct, count, predictions = self.strategy.all_reduce(totals).tolist()
-        if count == 0:
-            return {}
-        metrics = {"loss": loss_sum / count}
-        if self.classification:
-            metrics["accuracy"] = correct / predictions
-        return metrics
+        loader, data = self._loaders[split], getattr(self.splits, split)
+        return evaluate_shard(
+            model, loader, data, self.strategy, self.loss_fn, self.precision, self.classification
+        )
 
     # ------------------------------------------------------------------ loop
 
@@ -264,8 +237,8 @@ class Trainer:
         """Run the rest of the current epoch; False if a stop was requested."""
         loader = self._loaders["train"]
         loader.set_epoch(self.epoch)
-        interval = _Interval()
-        for group in self._step_groups(loader):
+        interval = LogWindow()
+        for group in step_groups(loader, self.config.accumulate, skip=self._position):
             paused_at = time.perf_counter()
             stop = self._step_boundary()
             interval.exclude(time.perf_counter() - paused_at)
@@ -281,7 +254,7 @@ class Trainer:
             interval.add(loss, samples)
             if logged:
                 self._publish_step(interval, grad_norm, checked_sum)
-                interval = _Interval()
+                interval = LogWindow()
         self.epoch += 1
         self._position = 0
         for split in ("val", "test"):
@@ -293,21 +266,8 @@ class Trainer:
             self._save()
         return True
 
-    def _step_groups(self, loader: ShardedLoader) -> Iterator[list[Batch]]:
-        """Micro-batches grouped per optimizer step, skipping those already used (resume)."""
-        group: list[Batch] = []
-        for index, batch in enumerate(loader):
-            if index < self._position:
-                continue
-            group.append(batch)
-            if len(group) == self.config.accumulate:
-                yield group
-                group = []
-        if group:
-            yield group
-
     def _run_step(
-        self, group: list[Batch], check: _Interval | None
+        self, group: list[Batch], check: LogWindow | None
     ) -> tuple[torch.Tensor, int, float | None, float | None]:
         """Forward/backward over the micro-batches, clip, one optimizer step.
 
@@ -329,35 +289,20 @@ class Trainer:
         checked_sum = self._check_finite(check, step_loss) if check is not None else None
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = self._clip_gradients(measure)
-        factor = lr_factor(
-            self.config.optimizer.schedule, self.step, self.total_steps, self.config.optimizer.warmup_steps
+        grad_norm = gradients.clip_(
+            self.model.parameters(),
+            clip_value=self.clip_value,
+            clip_norm=self.clip_norm,
+            norm_of=self.strategy.total_norm,
+            measure=measure,
         )
-        for param_group in self.optimizer.param_groups:
-            param_group["lr"] = self.lr * factor
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
+        schedule = self.config.optimizer
+        factor = lr_factor(schedule.schedule, self.step, self.total_steps, schedule.warmup_steps)
+        optimizer_step(self.optimizer, self.scaler, self.lr * factor)
         if probe is not None:
             self._memory = probe.report(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         return step_loss, samples, grad_norm, checked_sum
-
-    def _clip_gradients(self, measure: bool) -> float | None:
-        """Clip by value, then by global norm; returns the norm before clipping when measured or clipped."""
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        grads = [p.grad for p in params]
-        norm = None
-        if measure or self.clip_norm:
-            norm = self.strategy.total_norm(grads)
-        if self.clip_value:
-            gradients.clip_by_value_(params, self.clip_value)
-        if self.clip_norm:
-            clip_norm = self.strategy.total_norm(grads) if self.clip_value else norm
-            gradients.clip_by_norm_(params, self.clip_norm, clip_norm)
-        return float(norm) if measure else None
 
     def _step_boundary(self) -> bool:
         """Apply control requests (waiting while paused); True if training should stop.
@@ -365,7 +310,7 @@ class Trainer:
         With several ranks, rank 0's requests are broadcast so every rank stops or changes at the same step.
         """
         changes = self.control.at_step_boundary() if self.strategy.is_main else Changes()
-        changes, stop = self.strategy.agree(changes, self.control.stop_requested)
+        changes, stop = self.strategy.sync_requests(changes, self.control.stop_requested)
         self._apply(changes)
         return stop
 
@@ -379,28 +324,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ events
 
-    def _publish_step(
-        self, interval: _Interval, grad_norm: float | None, all_ranks_sum: float | None
-    ) -> None:
-        loss = interval.mean_loss()
-        metrics: dict[str, Any] = self.strategy.step_details()
-        if self.world_size > 1:  # `loss` is the mean over all ranks; each rank's own is `rank_loss`
-            assert all_ranks_sum is not None  # a logged step checked (and reduced) its interval
-            if self.strategy.counts_loss:
-                metrics["rank_loss"] = loss
-            loss = all_ranks_sum / interval.steps
+    def _publish_step(self, window: LogWindow, grad_norm: float | None, all_ranks_sum: float | None) -> None:
+        metrics = {**window.step_metrics(self.strategy, all_ranks_sum), **self.strategy.step_details()}
         if self._memory is not None:
             metrics["memory"], self._memory = self._memory, None
-        self._last["train"] = {"loss": loss}
+        self._last["train"] = {"loss": metrics["loss"]}
         self.events.on_step(
-            self._event(
-                loss=loss,
-                lr=self.optimizer.param_groups[0]["lr"],
-                # ranks that share their data with a counted rank do not add to the throughput
-                samples_per_s=interval.samples_per_s() if self.strategy.counts_loss else None,
-                grad_norm=grad_norm,
-                **metrics,
-            )
+            self._event(lr=self.optimizer.param_groups[0]["lr"], grad_norm=grad_norm, **metrics)
         )
 
     def _event(self, **metrics: Any) -> Event:
@@ -428,59 +358,27 @@ class Trainer:
         summary.update(self._last)
         return self._event(**summary)
 
-    def _check_finite(self, interval: _Interval, pending: torch.Tensor | None = None) -> float | None:
+    def _check_finite(self, interval: LogWindow, pending: torch.Tensor | None = None) -> float | None:
         """Raise NonFiniteLossError if a loss since the last check (plus `pending`) was NaN or infinite.
 
         Returns the loss sum checked (averaged over ranks), or None when there was nothing to check.
         """
-        total = interval.loss_sum
-        if pending is not None:
-            total = pending if total is None else total + pending
+        total = interval.loss_sum_with(pending)
         if total is None:
             return None
-        if self.world_size > 1:  # every rank sees a NaN on any rank, so all stop at the same step
-            # the mean over the shards of the data: ranks that share a shard with a counted rank add 0
-            total = (
-                total.detach().float().clone()
-                if self.strategy.counts_loss
-                else torch.zeros_like(total).float()
-            )
-            total = self.strategy.all_reduce(total, "sum") / self.strategy.data_world_size
-        value = float(total)  # NaN and inf survive the sum, so one sync checks every step of the interval
+        value = loss_sum_over_ranks(self.strategy, total)  # one sync checks the whole interval
         if not math.isfinite(value):
             first = self.step - interval.steps + 1
             last = self.step + (1 if pending is not None else 0)
-            raise NonFiniteLossError(self._non_finite_message(value, first, last))
+            state = dict(epoch=self.epoch, checkpoint=self.checkpoint, lr=self.lr, clip_norm=self.clip_norm)
+            message = non_finite_message(value, first, last, precision=self.config.precision, **state)
+            raise NonFiniteLossError(message)
         return value
-
-    def _non_finite_message(self, value: float, first: int, last: int) -> str:
-        where = f"at step {last}" if first == last else f"in steps {first}-{last} (checked every log_every)"
-        kept = (
-            f"the last good checkpoint {self.checkpoint} is kept"
-            if self.checkpoint is not None
-            else "no checkpoint was written before it"
-        )
-        hints = [f"a lower lr (now {self.lr:g})"]
-        if not self.clip_norm:
-            hints.append("clipping (clip_norm)")
-        if self.config.precision != "fp32":
-            hints.append("precision='fp32'")
-        return (
-            f"training loss became {value} {where}, epoch {self.epoch}; training stopped before the "
-            f"optimizer step and {kept}. Try " + " or ".join(hints) + "."
-        )
 
     # ------------------------------------------------------------------ state
 
     def _start(self, resume: bool | str | os.PathLike) -> None:
-        path = None
-        if resume is True:
-            if self.run_dir is None:
-                raise ValueError("resume=True needs a run name (Trainer(..., run='name')); or pass a path")
-            candidate = self.run_dir / CHECKPOINT_FILE
-            path = candidate if candidate.is_file() else None
-        elif resume:
-            path = Path(resume)
+        path = resume_path(resume, self.run_dir)
         self._memory = None
         if path is None:
             self.step = self.epoch = self._position = 0
@@ -488,100 +386,25 @@ class Trainer:
             # draw the same ones, so their replicated activations stay equal
             torch.manual_seed(self.config.seed + self.strategy.data_rank)
         else:
-            self._load(path)
+            where = restore_training_state(
+                path, self.strategy, self.model, self.optimizer, self.scaler, self.config
+            )
+            self.step, self.epoch, self._position = where.step, where.epoch, where.position
+            self.lr, self.clip_norm, self.clip_value = where.lr, where.clip_norm, where.clip_value
+            self.checkpoint = path
         self._memory_step = self.step + (2 if self.total_steps - self.step >= 2 else 1)
         if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / CONFIG_FILE).write_text(json.dumps(self.config.to_dict(), indent=2))
-
-    def _state(self) -> dict[str, Any]:
-        return {
-            "model": self.strategy.model_state(self.model),
-            "optimizer": self.strategy.optimizer_state(self.model, self.optimizer),
-            "scaler": None if self.scaler is None else self.scaler.state_dict(),
-            "step": self.step,
-            "epoch": self.epoch,
-            "position": self._position,
-            "lr": self.lr,
-            "clip_norm": self.clip_norm,
-            "clip_value": self.clip_value,
-            "rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
-            "rank_rngs": self.strategy.gather_object(torch.get_rng_state()) if self.world_size > 1 else [],
-            "data_shards": self.strategy.data_world_size,
-            "config": self.config.to_dict(),
-        }
+            self.run_dir.write_config(self.config)
 
     def _save(self) -> None:
-        """Rank 0 writes the checkpoint (every rank takes part in gathering the RNG states)."""
+        """Rank 0 writes the checkpoint (every rank takes part in gathering the state and RNGs)."""
         if self.run_dir is None:
             return
-        state = self._state()
-        path = self.run_dir / CHECKPOINT_FILE
-        self.checkpoint = save_checkpoint(state, path) if self.strategy.is_main else path
+        where = LoopPosition(self.step, self.epoch, self._position, self.lr, self.clip_norm, self.clip_value)
+        state = capture_training_state(
+            self.strategy, self.model, self.optimizer, self.scaler, where, self.config
+        )
+        self.checkpoint = self.run_dir.save(state) if self.strategy.is_main else self.run_dir.checkpoint_path
 
     def _due_checkpoint(self) -> bool:
         return self.run_dir is not None and self.epoch % self.config.checkpoint_every == 0
-
-    def _check_resumable(self, path: Path, saved: TrainConfig, saved_shards: int) -> None:
-        """Refuse a checkpoint whose data order or step count differs from this run's."""
-        for name in _RESUME_MUST_MATCH:
-            was, now = getattr(saved, name), getattr(self.config, name)
-            if name == "epochs" and was <= now:
-                continue
-            shards = self.strategy.data_world_size
-            if name == "batch_size" and saved_shards != shards:
-                if was * saved_shards != now * shards:
-                    raise ValueError(
-                        f"cannot resume from {path}: the global batch was {was} × {saved_shards} data "
-                        f"shards = {was * saved_shards} there and is {now} × {shards} = {now * shards} now; "
-                        "keep batch_size × ranks the same"
-                    )
-            elif was != now:
-                raise ValueError(
-                    f"cannot resume from {path}: {name} was {was!r} there and is {now!r} now; use the same "
-                    f"{name} (epochs may only grow)"
-                )
-
-    def _load(self, path: Path) -> None:
-        state = load_checkpoint(path, map_location=self.device)
-        self._check_resumable(path, TrainConfig.from_dict(state["config"]), state.get("data_shards", 1))
-        self.strategy.load_model_state(self.model, state["model"])
-        self.strategy.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
-        if self.scaler is not None and state["scaler"] is not None:
-            self.scaler.load_state_dict(state["scaler"])
-        self.step, self.epoch, self._position = state["step"], state["epoch"], state["position"]
-        self.lr, self.clip_norm, self.clip_value = state["lr"], state["clip_norm"], state["clip_value"]
-        rank_rngs = state.get("rank_rngs") or []
-        rng = rank_rngs[self.rank] if self.rank < len(rank_rngs) else state["rng"]
-        torch.set_rng_state(rng.cpu())
-        if self.device.type == "cuda" and state["cuda_rng"]:
-            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
-        self.checkpoint = path
-
-
-class _Interval:
-    """Loss and throughput accumulated between two published steps (losses stay on the device)."""
-
-    def __init__(self) -> None:
-        self.loss_sum: torch.Tensor | None = None
-        self.steps = 0
-        self.samples = 0
-        self.started = time.perf_counter()
-        self.excluded = 0.0
-
-    def add(self, loss: torch.Tensor, samples: int) -> None:
-        self.loss_sum = loss if self.loss_sum is None else self.loss_sum + loss
-        self.steps += 1
-        self.samples += samples
-
-    def exclude(self, seconds: float) -> None:
-        """Time not spent training (a pause) leaves the throughput alone."""
-        self.excluded += seconds
-
-    def mean_loss(self) -> float:
-        return float(self.loss_sum) / self.steps
-
-    def samples_per_s(self) -> float:
-        elapsed = time.perf_counter() - self.started - self.excluded
-        return self.samples / elapsed if elapsed > 0 else math.nan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
@@ -57,3 +58,14 @@ def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0)
     raise ValueError(
         f"schedule={schedule!r} is not supported; allowed values: 'constant', 'cosine', 'linear'"
     )
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, scaler: Any, lr: float) -> None:
+    """One update at learning rate `lr`, through the fp16 gradient `scaler` when there is one."""
+    for param_group in optimizer.param_groups:
+        param_group["lr"] = lr
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()

@@ -8,8 +8,7 @@ so ``workbench.widgets.console`` needs no plotly.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from workbench._lazy import lazy_attributes
 
 _HOMES = {
     "ConsoleProgress": "workbench.widgets.console",
@@ -25,8 +24,4 @@ _HOMES = {
 
 __all__ = sorted(_HOMES)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module 'workbench.widgets' has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name]), name)
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES)

@@ -21,8 +21,8 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.monitor import DeviceSampler
-from workbench.train import Launch, Trainer
 from workbench.train.events import Callback, Event
+from workbench.train.job import Job
 from workbench.widgets._display import widget_bundle
 from workbench.widgets.device_monitor import DeviceMonitor
 from workbench.widgets.loss_plot import LossPlot
@@ -42,8 +42,8 @@ class Dashboard(Callback):
     the first pipeline step whose every stage reported its ``timeline``.
 
     Args:
-        trainer: the `Trainer` (or `Launch`) to drive; the dashboard subscribes to its events and uses
-            its control.
+        trainer: the job to drive, a `workbench.train.Job`: a `Trainer`, or a `workbench.parallel.Launch`;
+            the dashboard subscribes to its events and uses its control.
         loss_plot: a `LossPlot` to draw into (share one between dashboards to overlay runs).
         monitor: sample CPU/GPU use while training (a `DeviceSampler` at `sample_interval` seconds).
         sample_interval: seconds between device samples (default 0.5, i.e. 2 Hz).
@@ -52,7 +52,8 @@ class Dashboard(Callback):
     saves a checkpoint (when the trainer has a run name), Apply sets the learning rate and clipping.
 
     Example:
-        >>> from workbench.train import Trainer, build_experiment
+        >>> from workbench.presets import build_experiment
+        >>> from workbench.train import Trainer
         >>> e = build_experiment("regression-linear", n_samples=2000, epochs=1)
         >>> dashboard = Dashboard(Trainer(e.model, e.loss_fn, e.splits, e.config), monitor=False)
         >>> dashboard.fit().status
@@ -63,12 +64,19 @@ class Dashboard(Callback):
 
     def __init__(
         self,
-        trainer: Trainer | Launch,
+        trainer: Job,
         *,
         loss_plot: LossPlot | None = None,
         monitor: bool = True,
         sample_interval: float = 0.5,
     ) -> None:
+        if not isinstance(trainer, Job):
+            raise TypeError(
+                "Dashboard drives a training job (a Trainer or a Launch: anything with config, control, "
+                "step, total_steps, add_callback, fit, terminate and describe), got "
+                f"{type(trainer).__name__}; "
+                "build one with Trainer(model, loss_fn, splits, config) or Launch(fn, nprocs)"
+            )
         self.trainer = trainer
         self.control = trainer.control
         self.loss_plot = loss_plot if loss_plot is not None else LossPlot()
@@ -121,7 +129,7 @@ class Dashboard(Callback):
             description="Apply", tooltip="use lr and clip norm from the next step"
         )
         self.error = widgets.HTML(value="")
-        self.placement = widgets.HTML(value=_placement(self.trainer))
+        self.placement = widgets.HTML(value=self.trainer.describe())
         self.start_button.on_click(lambda _: self.start())
         self.pause_button.observe(self._on_pause_toggle, names="value")
         self.stop_button.on_click(lambda _: self.stop())
@@ -152,7 +160,7 @@ class Dashboard(Callback):
 
     def __repr__(self) -> str:
         step = self._latest["step"] if self._latest is not None else self.trainer.step
-        return f"Dashboard({self._state}, step {step}/{self._total_steps}, {_placement(self.trainer)})"
+        return f"Dashboard({self._state}, step {step}/{self._total_steps}, {self.trainer.describe()})"
 
     # ------------------------------------------------------------------ actions
 
@@ -212,8 +220,8 @@ class Dashboard(Callback):
         except KeyboardInterrupt:
             self.control.stop()
             self._thread.join(_GRACE_S)
-            if self._thread.is_alive() and isinstance(self.trainer, Launch):
-                self.trainer.terminate()  # workers that do not reach a step boundary in time are stopped
+            if self._thread.is_alive():
+                self.trainer.terminate()  # e.g. a Launch's workers that do not reach a step boundary in time
             self._thread.join()
             raise
         if self._error is not None:
@@ -357,8 +365,3 @@ class Dashboard(Callback):
 def _clock(seconds: float) -> str:
     seconds = max(round(seconds), 0)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def _placement(job: Trainer | Launch) -> str:
-    """Where training runs, e.g. "1 process on cpu" or "2 processes (gloo, CPU, 1 thread each) on ..."."""
-    return job.describe() if isinstance(job, Launch) else job.strategy.describe()

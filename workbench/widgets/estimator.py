@@ -8,8 +8,6 @@
 from __future__ import annotations
 
 import html
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as widgets
@@ -19,44 +17,15 @@ from torch import nn
 
 from workbench._validate import check_int
 from workbench.devices.datasheets import DATASHEETS
-from workbench.estimate import (
-    CommEstimate,
-    MemoryEstimate,
-    StepTimeEstimate,
-    communication_bytes,
-    estimate_memory,
-    predict_step_time,
-    profile_model,
-    training_flops,
-)
+from workbench.estimate import MemoryEstimate, profile_model, training_flops
 from workbench.estimate.hardware import Hardware, hardware_from_datasheet
+from workbench.estimate.plan import TrainingEstimate, estimate_training
+from workbench.parallel.registry import STRATEGIES
 from workbench.tables import html_table
 from workbench.widgets._display import widget_bundle
 
-STRATEGIES = ("single", "ddp", "fsdp", "pipeline", "tensor")
 _COMPONENTS = ("params", "grads", "optimizer_state", "activations", "comm_buffers")
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """One answer: memory per device, communication and time per step, whether it fits."""
-
-    strategy: str
-    devices: int
-    hardware: Hardware
-    memory: MemoryEstimate
-    comm: CommEstimate
-    time: StepTimeEstimate
-    steps_per_epoch: int
-
-    @property
-    def fits(self) -> bool:
-        return self.memory.fits(self.hardware.memory_bytes)
-
-    @property
-    def epoch_s(self) -> float:
-        return self.time.epoch_s(self.steps_per_epoch)
 
 
 class Estimator:
@@ -71,7 +40,7 @@ class Estimator:
         batch_size, precision, optimizer, strategy, devices, hardware_name: starting values.
 
     Example:
-        >>> from workbench.train import models
+        >>> from workbench import models
         >>> estimator = Estimator(models.mlp(64, 10), torch.zeros(1, 64), samples_per_epoch=1_437)
         >>> result = estimator.estimate()
         >>> result.strategy, result.fits
@@ -152,42 +121,19 @@ class Estimator:
         verdict = "fits" if result.fits else "does not fit"
         return f"Estimator({result.strategy} on {result.devices} × {result.hardware.name}: {verdict})"
 
-    def estimate(self, strategy: str | None = None, devices: int | None = None) -> Estimate:
+    def estimate(self, strategy: str | None = None, devices: int | None = None) -> TrainingEstimate:
         """The estimate at the current slider values (optionally another strategy or device count)."""
-        strategy = strategy or self.strategy.value
-        devices = devices or self.devices.value
-        hardware = self.hardware[self.device.value]
-        batch, precision = self.batch_size.value, self.precision.value
-        memory = estimate_memory(
+        return estimate_training(
             self.profile,
-            batch_size=batch,
-            precision=precision,
+            self.flops_per_sample,
+            self.samples_per_epoch,
+            self.hardware[self.device.value],
+            batch_size=self.batch_size.value,
+            precision=self.precision.value,
             optimizer=self.optimizer.value,
-            momentum=0.9 if self.optimizer.value == "sgd" else 0.0,
-            strategy=strategy,
-            devices=devices,
+            strategy=strategy or self.strategy.value,
+            devices=devices or self.devices.value,
         )
-        comm = communication_bytes(
-            strategy,
-            self.profile.param_count,
-            devices,
-            precision=precision,
-            activation_bytes=self.profile.activation_bytes_per_sample(precision) * batch,
-        )
-        # Each byte of the step's working set is written once and read once (a rough, stated assumption).
-        time = predict_step_time(
-            self.flops_per_sample * batch,
-            2 * memory.total,
-            comm.sent_bytes,
-            flops_per_s=hardware.flops(precision),
-            memory_bandwidth=hardware.memory_bandwidth,
-            link_bandwidth=hardware.link_bandwidth,
-        )
-        steps = math.ceil(
-            self.samples_per_epoch
-            / (batch * (1 if strategy in ("single", "pipeline", "tensor") else devices))
-        )
-        return Estimate(strategy, devices, hardware, memory, comm, time, steps)
 
     def update(self) -> None:
         """Recompute the answer and the chart from the sliders (called when one moves)."""
@@ -242,7 +188,7 @@ class Estimator:
             ]
 
 
-def _answer_html(result: Estimate) -> str:
+def _answer_html(result: TrainingEstimate) -> str:
     gib = 2**30
     memory = result.memory
     verdict = "fits" if result.fits else "does NOT fit"

@@ -16,8 +16,8 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from workbench._validate import check_int
+from workbench.parallel.timeline import KINDS, StepTimeline
 from workbench.train.events import Callback, Event
-from workbench.train.timeline import KINDS, StepTimeline
 from workbench.widgets.live_figure import LiveFigure
 
 _COLORS = plotly.colors.qualitative.Plotly  # one per micro-batch, repeating

@@ -18,8 +18,8 @@ from typing import Any
 
 from torch import nn
 
+from workbench.parallel.sharded import ShardedStrategy
 from workbench.train.config import TrainConfig
-from workbench.train.sharded import ShardedStrategy
 
 STYLES = ("colwise", "rowwise")
 _ACTIVATIONS = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Dropout)
@@ -35,7 +35,8 @@ class TensorParallel(ShardedStrategy):
         sync_control: see `DistributedStrategy` (`launch` turns it on).
 
     Example:
-        >>> from workbench.train import TrainConfig, models
+        >>> from workbench import models
+        >>> from workbench.train import TrainConfig
         >>> model = models.mlp(64, 10, hidden=(32, 32))
         >>> default_plan(model)
         {'1': 'colwise', '3': 'rowwise'}
@@ -108,7 +109,7 @@ class TensorParallel(ShardedStrategy):
         return 1
 
     @property
-    def counts_loss(self) -> bool:
+    def reports_loss(self) -> bool:
         return self.rank == 0  # the others compute the same loss
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -129,7 +130,7 @@ def default_plan(model: nn.Module) -> dict[str, str]:
     """A Megatron-style plan read off the model's structure.
 
     - attention (a module with Linear children ``q``, ``k``, ``v``, ``proj``, like
-      `workbench.train.models.CausalSelfAttention`): q, k, v column-wise, proj row-wise;
+      `workbench.models.CausalSelfAttention`): q, k, v column-wise, proj row-wise;
     - a feed-forward module with Linear children ``fc1`` and ``fc2``: fc1 column-wise, fc2 row-wise;
     - in an ``nn.Sequential``: each Linear followed (after activations or dropout only) by another Linear:
       the first column-wise, the second row-wise (an MLP's hidden layers, a CNN's classifier head).

@@ -4,8 +4,10 @@ import pytest
 import torch
 from torch import nn
 
+from workbench import models
 from workbench.data import Splits
-from workbench.train import PRESETS, Trainer, build_experiment, models
+from workbench.presets import PRESETS, build_experiment
+from workbench.train import Trainer
 
 
 def test_changes_reach_config_optimizer_and_data():

@@ -9,7 +9,7 @@ stages idle part of the time: the *bubble*, (p − 1) / (m + p − 1) of the ste
 micro-batches of equal cost.
 
 The model must be an ``nn.Sequential`` (every top-level child takes one tensor and returns one, like
-`workbench.train.models.transformer_lm`); split points name the children where a new stage begins, or are
+`workbench.models.transformer_lm`); split points name the children where a new stage begins, or are
 chosen to balance the stages' parameter counts.
 
     strategy = PipelineParallel(schedule="1f1b", microbatches=4)     # 2 ranks: 2 stages, balanced
@@ -28,9 +28,10 @@ import torch
 from torch import nn
 
 from workbench._validate import check_choice, check_int
+from workbench.parallel.distributed import DistributedStrategy
 from workbench.train.config import TrainConfig
 from workbench.train.precision import Precision
-from workbench.train.strategy import Batch, DistributedStrategy, LossFn
+from workbench.train.strategy import Batch, LossFn
 
 SCHEDULES = ("gpipe", "1f1b")
 _SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
@@ -56,7 +57,8 @@ class PipelineParallel(DistributedStrategy):
         sync_control: see `DistributedStrategy` (`launch` turns it on).
 
     Example:
-        >>> from workbench.train import TrainConfig, models
+        >>> from workbench import models
+        >>> from workbench.train import TrainConfig
         >>> strategy = PipelineParallel(split_points=["3"], microbatches=4)
         >>> strategy.validate(models.mlp(64, 10, hidden=(32, 32)), TrainConfig(batch_size=64), world_size=2)
         >>> strategy.stage_names(models.mlp(64, 10, hidden=(32, 32)), 2)
@@ -185,7 +187,7 @@ class PipelineParallel(DistributedStrategy):
         return 1
 
     @property
-    def counts_loss(self) -> bool:
+    def reports_loss(self) -> bool:
         return self.rank == self.world_size - 1  # the last stage computes the loss
 
     def wrap(self, model: nn.Module) -> nn.Module:

@@ -36,11 +36,13 @@ from typing import Any
 import torch
 
 from workbench._validate import check_choice, check_int, check_positive
-from workbench.train._worker import RESULT_FILE, WorkerSpec, run_worker
+from workbench.parallel._worker import RESULT_FILE, WorkerSpec, run_worker
+from workbench.parallel.data_parallel import DataParallel
+from workbench.parallel.distributed import DistributedStrategy
+from workbench.parallel.process_group import BACKENDS, default_backend
 from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
-from workbench.train.events import Broadcast, Callback
-from workbench.train.strategy import BACKENDS, DataParallel, DistributedStrategy, default_backend
+from workbench.train.events import Callback, CallbackList
 
 _POLL_S = 0.05
 _TERMINATE_GRACE_S = 3.0
@@ -57,24 +59,10 @@ class WorkerFailed(RuntimeError):
         self.rank = rank
 
 
-def launch(
-    fn: Callable[..., Any],
-    nprocs: int,
-    *,
-    args: Iterable[Any] = (),
-    strategy: DistributedStrategy | None = None,
-    model: torch.nn.Module | None = None,
-    config: TrainConfig | None = None,
-    callbacks: Iterable[Callback] = (),
-    control: TrainControl | None = None,
-    backend: str | None = None,
-    threads_per_process: int | None = None,
-    addr: str = "127.0.0.1",
-    port: int | None = None,
-    timeout_s: float = 1800,
-    verbose: bool = True,
-) -> Any:
+def launch(fn: Callable[..., Any], nprocs: int, **options: Any) -> Any:
     """Run ``fn(strategy, *args)`` on `nprocs` forked processes; return rank 0's return value.
+
+    ``launch(fn, nprocs, **options)`` is ``Launch(fn, nprocs, **options).fit()``; the options:
 
     Args:
         fn: the per-rank training function; its first argument is the strategy, bound to the process group
@@ -106,27 +94,12 @@ def launch(
         >>> launch(world, nprocs=2, args=("hello",), verbose=False)
         'hello from rank 0 of 2'
     """
-    job = Launch(
-        fn,
-        nprocs,
-        args=args,
-        strategy=strategy,
-        model=model,
-        config=config,
-        callbacks=callbacks,
-        control=control,
-        backend=backend,
-        threads_per_process=threads_per_process,
-        addr=addr,
-        port=port,
-        timeout_s=timeout_s,
-        verbose=verbose,
-    )
-    return job.fit()
+    return Launch(fn, nprocs, **options).fit()
 
 
 class Launch:
-    """A distributed job that a `Dashboard` can drive like a `Trainer`: ``Dashboard(Launch(fn, 2))``.
+    """A distributed job that a `Dashboard` can drive like a `Trainer` (both are a `workbench.train.Job`):
+    ``Dashboard(Launch(fn, 2))``.
 
     Arguments as for `launch`; `config` also gives the dashboard its initial lr/clip fields.
     `fit` runs the job (blocking) and returns rank 0's return value.
@@ -181,7 +154,7 @@ class Launch:
         if strategy is not None:  # before any process starts: split points, micro-batches, the plan...
             strategy.validate(model, self.config, world_size=self.nprocs)
         self.control = control if control is not None else TrainControl()
-        self.events = Broadcast(callbacks)
+        self.events = CallbackList(callbacks)
         self.verbose = verbose
         self.step = 0
         self.total_steps = 0

@@ -6,11 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.train import SingleDevice, TrainConfig, launch, models
-from workbench.train.fsdp import FullyShardedDataParallel
+from workbench import models
+from workbench.parallel import launch
+from workbench.parallel.fsdp import FullyShardedDataParallel
+from workbench.parallel.pipeline import PipelineParallel, balanced_starts
+from workbench.parallel.tensor_parallel import TensorParallel, default_plan
+from workbench.train import SingleDevice, TrainConfig
 from workbench.train.memory import StepMemoryProbe
-from workbench.train.pipeline import PipelineParallel, balanced_starts
-from workbench.train.tensor_parallel import TensorParallel, default_plan
 
 
 def transformer():

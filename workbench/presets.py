@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from workbench import models
 from workbench.data import Dataset, Splits, load_dataset, split_dataset
-from workbench.train import models
 from workbench.train.config import OptimizerConfig, TrainConfig
 from workbench.train.loop import LossFn
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.train.strategy import DistributedStrategy
+from workbench.parallel.distributed import DistributedStrategy
 
 
 class ShardedStrategy(DistributedStrategy):

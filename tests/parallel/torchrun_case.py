@@ -8,8 +8,10 @@ from pathlib import Path
 
 import torch
 
+from workbench import models
 from workbench.data import ShardedLoader, load_dataset, split_dataset
-from workbench.train import DataParallel, OptimizerConfig, TrainConfig, Trainer, models
+from workbench.parallel import DataParallel
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
 
 CONFIG = TrainConfig(epochs=2, batch_size=8, optimizer=OptimizerConfig("adam", lr=1e-2), log_every=1, seed=5)
 

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench.parallel.sharded import ShardedStrategy
 from workbench.train.config import TrainConfig
-from workbench.train.sharded import ShardedStrategy
 
 
 class FullyShardedDataParallel(ShardedStrategy):
@@ -38,7 +38,8 @@ class FullyShardedDataParallel(ShardedStrategy):
         sync_control: see `DistributedStrategy` (`launch` turns it on).
 
     Example:
-        >>> from workbench.train import TrainConfig, models
+        >>> from workbench import models
+        >>> from workbench.train import TrainConfig
         >>> FullyShardedDataParallel(units=["1"]).validate(models.mlp(4, 2), TrainConfig(), world_size=2)
         >>> FullyShardedDataParallel(units=["fc"]).validate(models.mlp(4, 2), TrainConfig(), world_size=2)
         Traceback (most recent call last):
@@ -102,9 +103,9 @@ class FullyShardedDataParallel(ShardedStrategy):
         """Accumulate unsharded gradients without reduce-scattering them (all but the last micro-batch)."""
         return _without_gradient_sync(model) if active else contextlib.nullcontext()
 
-    def forward_rounds(self, batches: int) -> int:
+    def eval_forward_passes(self, local_batches: int) -> int:
         """The most batches any rank evaluates: every forward gathers parameters from every rank."""
-        return int(self.all_reduce(torch.tensor(batches, device=self.device), "max"))
+        return int(self.all_reduce(torch.tensor(local_batches, device=self.device), "max"))
 
     def summary(self) -> str:
         return "FSDP, CPU offload" if self.cpu_offload else "FSDP"

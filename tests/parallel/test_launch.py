@@ -9,18 +9,10 @@ import psutil
 import pytest
 import torch
 
+from workbench import models
 from workbench.data import ShardedLoader, load_dataset, split_dataset
-from workbench.train import (
-    Callback,
-    Launch,
-    OptimizerConfig,
-    TrainConfig,
-    TrainControl,
-    Trainer,
-    WorkerFailed,
-    launch,
-    models,
-)
+from workbench.parallel import Launch, WorkerFailed, launch
+from workbench.train import Callback, OptimizerConfig, TrainConfig, TrainControl, Trainer
 
 SAMPLES = 240  # divisible by 2×8 and 3×8, so every rank's batches have the same size
 

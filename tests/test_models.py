@@ -3,8 +3,8 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from workbench.train import models
-from workbench.train.models import (
+from workbench import models
+from workbench.models import (
     CausalSelfAttention,
     FeedForward,
     TokenEmbedding,

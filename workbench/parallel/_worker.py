@@ -1,8 +1,9 @@
-"""The worker side of `workbench.train.launch`: one forked process per rank.
+"""The worker side of `workbench.parallel.launch`: one forked process per rank.
 
 A worker joins the process group, runs the user's function with its strategy bound to it, streams the
 trainer's events to the launcher through a pipe, obeys the dashboard's control requests (rank 0 reads
-them; the strategy broadcasts them to the other ranks), and hands its result back through a file.
+them; the strategy broadcasts them to the other ranks), and hands its result back through a file. Trainers
+that the function builds get the event pipe and the control through `workbench.train.supervision`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from workbench.parallel.data_parallel import DataParallel
+from workbench.parallel.distributed import DistributedStrategy
+from workbench.parallel.process_group import leave_process_group
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, Event
-from workbench.train.strategy import DataParallel, DistributedStrategy, leave_process_group
+from workbench.train.supervision import Supervision, supervised
 
 RESULT_FILE = "rank0-result.pt"
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -113,13 +117,14 @@ def _run(
     strategy = spec.strategy if spec.strategy is not None else DataParallel()  # this worker's forked copy
     strategy.sync_control = True  # so the dashboard's requests reach every rank at the same step
     strategy.bind()
-    strategy.callbacks.append(PipeEvents(events))
+    control = None
     if commands is not None:
-        strategy.control = TrainControl()
+        control = TrainControl()
         threading.Thread(
-            target=_obey, args=(commands, strategy.control), name="workbench-control", daemon=True
+            target=_obey, args=(commands, control), name="workbench-control", daemon=True
         ).start()
-    value = spec.fn(strategy, *spec.args)
+    with supervised(Supervision(callbacks=(PipeEvents(events),), control=control)):
+        value = spec.fn(strategy, *spec.args)
     return value, strategy.result_state()  # every rank takes part: shards and stages are gathered
 
 

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from workbench import models
 from workbench.data import load_dataset, split_dataset
-from workbench.train import OptimizerConfig, TrainConfig, Trainer, launch, models
+from workbench.parallel import launch
+from workbench.parallel.fsdp import FullyShardedDataParallel
+from workbench.parallel.pipeline import PipelineParallel
+from workbench.parallel.tensor_parallel import TensorParallel
+from workbench.parallel.timeline import StepTimeline
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Callback
-from workbench.train.fsdp import FullyShardedDataParallel
-from workbench.train.pipeline import PipelineParallel
-from workbench.train.tensor_parallel import TensorParallel
-from workbench.train.timeline import StepTimeline
 
 RANKS = 2
 TOLERANCE = 1e-4

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.train import Trainer, models
-from workbench.train.strategy import DataParallel
+from workbench import models
+from workbench.parallel.data_parallel import DataParallel
+from workbench.train import Trainer
 
 HERE = Path(__file__).parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
