@@ -74,3 +74,27 @@ def test_operands_must_be_float32_matrices():
         matmul(a, np.ones((2, 2)))
     with pytest.raises(ValueError, match=r"a must be 2-D, got shape \(4,\)"):
         matmul(np.ones(4, np.float32), a)
+
+
+@pytest.mark.parametrize("method", ["naive", "tiled", "register"])
+def test_more_column_tiles_than_grid_y_holds(rng, assert_close, monkeypatch, method):
+    """Grid y is capped (65,535 blocks on a GPU); here at 1, so one block column walks every column tile."""
+    from workbench.kernels import gemm
+
+    monkeypatch.setattr(gemm, "MAX_GRID_Y", 1)
+    a, b = _operands(rng, 9, 7, 23, False, False)
+    assert_close(matmul(a, b, method=method, **LAUNCHES[method]), matmul_spec(a, b))
+
+
+def test_any_shape_fits_the_grid_limits():
+    from workbench.kernels.gemm import grid_2d
+
+    for rows, cols in ((1, 1), (1_048_561, 16), (2**31, 2**31), (17, 10**9)):
+        x, y = grid_2d(rows, cols, 16)
+        assert 1 <= x <= 2**31 - 1 and 1 <= y <= 65_535  # CUDA's limits for grid x and grid y
+
+
+def test_register_blocks_beyond_256_threads_are_refused():
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match=r"block=32 gives 1024 threads.* use block ≤ 16"):
+        matmul(a, a, method="register", block=32, per_thread=1)

@@ -31,6 +31,12 @@ METHODS = ("register", "tiled", "naive")
 GPU_DEFAULTS = {"naive": (16, None), "tiled": (16, None), "register": (16, 4)}
 SIMULATOR_DEFAULTS = {"naive": (16, None), "tiled": (8, None), "register": (4, 8)}
 SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
+# Rows of c run along grid x (up to 2³¹ - 1 blocks); columns along grid y, whose limit is 65,535 blocks:
+# wider matrices loop over column tiles (a grid-stride loop), so any shape launches.
+MAX_GRID_Y = 65_535
+# The register method keeps up to 8×8 accumulators per thread: ptxas gives it up to 255 registers, so a
+# block of at most 256 threads (16×16) is launchable whatever it gets (256 × 255 < 65,536 registers per SM).
+REGISTER_MAX_BLOCK = 16
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
 
@@ -99,20 +105,31 @@ def matmul(
     args = (a_buf.device, b_buf.device, c_buf.device)
     if method == "naive":
         kernel = _naive_kernel(transpose_a, transpose_b)
-        # grid (ceil(N/T), ceil(M/T)), block (T, T), x along columns; each thread: 2K global reads, 1 write
-        launch(kernel, (math.ceil(n / block), math.ceil(m / block)), (block, block), stream, *args)
+        # grid (ceil(M/T), ≤ ceil(N/T)), block (T, T), thread x along columns; each thread: 2K global
+        # reads, 1 write per output
+        launch(kernel, grid_2d(m, n, block), (block, block), stream, *args)
     elif method == "tiled":
         kernel = _tiled_kernel(transpose_a, transpose_b, block)
-        # grid (ceil(N/T), ceil(M/T)), block (T, T); shared 2·T·(T+1) floats; each thread: 2·ceil(K/T)
-        # global reads (one element of each tile), 2K shared reads, 1 write
-        launch(kernel, (math.ceil(n / block), math.ceil(m / block)), (block, block), stream, *args)
+        # grid (ceil(M/T), ≤ ceil(N/T)), block (T, T); shared 2·T·(T+1) floats; each thread: 2·ceil(K/T)
+        # global reads (one element of each tile), 2K shared reads, 1 write per output
+        launch(kernel, grid_2d(m, n, block), (block, block), stream, *args)
     else:
         kernel = _register_kernel(transpose_a, transpose_b, block, per_thread)
-        tile = block * per_thread
-        # grid (ceil(N/TR), ceil(M/TR)), block (T, T); shared 2·T·(TR+1) floats; each thread: 2R·ceil(K/T)
-        # global reads, 2RK shared reads, R²K multiply-adds in registers, R² writes
-        launch(kernel, (math.ceil(n / tile), math.ceil(m / tile)), (block, block), stream, *args)
+        # grid (ceil(M/TR), ≤ ceil(N/TR)), block (T, T); shared 2·T·(TR+1) floats; each thread:
+        # 2R·ceil(K/T) global reads, 2RK shared reads, R²K multiply-adds in registers, R² writes
+        launch(kernel, grid_2d(m, n, block * per_thread), (block, block), stream, *args)
     return c_buf.result()
+
+
+def grid_2d(rows: int, cols: int, tile: int) -> tuple[int, int]:
+    """Blocks along x (row tiles, all of them) and y (column tiles, at most `MAX_GRID_Y`: the kernels loop
+    over the rest), for an output of `rows` × `cols` in `tile` × `tile` tiles.
+
+    Example:
+        >>> grid_2d(2_000_000, 3_000_000, 16)
+        (125000, 65535)
+    """
+    return math.ceil(rows / tile), min(math.ceil(cols / tile), MAX_GRID_Y)
 
 
 def _launch_sizes(method: str, block: int | None, per_thread: int | None) -> tuple[int, int | None]:
@@ -137,6 +154,12 @@ def _launch_sizes(method: str, block: int | None, per_thread: int | None) -> tup
             f"block={block} with per_thread={per_thread} needs {shared:,} bytes of shared memory; at most "
             f"{SHARED_BYTES:,} (48 KB): lower block or per_thread"
         )
+    if block > REGISTER_MAX_BLOCK:
+        raise ValueError(
+            f"block={block} gives {block * block} threads, each holding per_thread² accumulators in "
+            f"registers: a GPU cannot launch more than {REGISTER_MAX_BLOCK * REGISTER_MAX_BLOCK} such "
+            f"threads per block (up to 255 registers each, 65,536 per SM); use block ≤ {REGISTER_MAX_BLOCK}"
+        )
     return block, per_thread
 
 
@@ -147,16 +170,20 @@ def _naive_kernel(transpose_a: bool, transpose_b: bool) -> Any:
 
     @cuda.jit
     def naive(a, b, c):
-        col, row = cuda.grid(2)
         m, n = c.shape
-        if row < m and col < n:
-            k_total = a.shape[0] if transpose_a else a.shape[1]
-            acc = float32(0)
-            for k in range(k_total):
-                a_value = a[k, row] if transpose_a else a[row, k]
-                b_value = b[col, k] if transpose_b else b[k, col]
-                acc += a_value * b_value
-            c[row, col] = acc
+        k_total = a.shape[0] if transpose_a else a.shape[1]
+        row = cuda.blockIdx.x * cuda.blockDim.y + cuda.threadIdx.y
+        # grid y may hold fewer column tiles than there are: step over the rest
+        for col in range(
+            cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x, n, cuda.gridDim.y * cuda.blockDim.x
+        ):
+            if row < m:
+                acc = float32(0)
+                for k in range(k_total):
+                    a_value = a[k, row] if transpose_a else a[row, k]
+                    b_value = b[col, k] if transpose_b else b[k, col]
+                    acc += a_value * b_value
+                c[row, col] = acc
 
     return naive
 
@@ -173,38 +200,41 @@ def _tiled_kernel(transpose_a: bool, transpose_b: bool, tile: int) -> Any:
         m, n = c.shape
         k_total = a.shape[0] if transpose_a else a.shape[1]
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        row0, col0 = cuda.blockIdx.y * tile, cuda.blockIdx.x * tile
-        row, col = row0 + ty, col0 + tx
+        row0 = cuda.blockIdx.x * tile
+        row = row0 + ty
         # +1 column: transposed loads write a column, which would otherwise hit one shared-memory bank
         a_tile = cuda.shared.array((tile, padded), float32)  # a_tile[i, k] = op(a)[row0 + i, k0 + k]
         b_tile = cuda.shared.array((tile, padded), float32)  # b_tile[k, j] = op(b)[k0 + k, col0 + j]
-        acc = float32(0)
-        for k0 in range(0, k_total, tile):
-            # neighbouring threads (tx) read neighbouring addresses of the stored matrix: coalesced
-            value = float32(0)
-            if transpose_a:  # a is stored (K, M)
-                if k0 + ty < k_total and row0 + tx < m:
-                    value = a[k0 + ty, row0 + tx]
-                a_tile[tx, ty] = value
-            else:
-                if row < m and k0 + tx < k_total:
-                    value = a[row, k0 + tx]
-                a_tile[ty, tx] = value
-            value = float32(0)
-            if transpose_b:  # b is stored (N, K)
-                if col0 + ty < n and k0 + tx < k_total:
-                    value = b[col0 + ty, k0 + tx]
-                b_tile[tx, ty] = value
-            else:
-                if k0 + ty < k_total and col < n:
-                    value = b[k0 + ty, col]
-                b_tile[ty, tx] = value
-            cuda.syncthreads()
-            for k in range(tile):
-                acc += a_tile[ty, k] * b_tile[k, tx]
-            cuda.syncthreads()
-        if row < m and col < n:
-            c[row, col] = acc
+        # grid y may hold fewer column tiles than there are: the block steps over the rest
+        for col0 in range(cuda.blockIdx.y * tile, n, cuda.gridDim.y * tile):
+            col = col0 + tx
+            acc = float32(0)
+            for k0 in range(0, k_total, tile):
+                # neighbouring threads (tx) read neighbouring addresses of the stored matrix: coalesced
+                value = float32(0)
+                if transpose_a:  # a is stored (K, M)
+                    if k0 + ty < k_total and row0 + tx < m:
+                        value = a[k0 + ty, row0 + tx]
+                    a_tile[tx, ty] = value
+                else:
+                    if row < m and k0 + tx < k_total:
+                        value = a[row, k0 + tx]
+                    a_tile[ty, tx] = value
+                value = float32(0)
+                if transpose_b:  # b is stored (N, K)
+                    if col0 + ty < n and k0 + tx < k_total:
+                        value = b[col0 + ty, k0 + tx]
+                    b_tile[tx, ty] = value
+                else:
+                    if k0 + ty < k_total and col < n:
+                        value = b[k0 + ty, col]
+                    b_tile[ty, tx] = value
+                cuda.syncthreads()
+                for k in range(tile):
+                    acc += a_tile[ty, k] * b_tile[k, tx]
+                cuda.syncthreads()
+            if row < m and col < n:
+                c[row, col] = acc
 
     return tiled
 
@@ -225,56 +255,58 @@ def _register_kernel(transpose_a: bool, transpose_b: bool, threads: int, per_thr
         k_total = a.shape[0] if transpose_a else a.shape[1]
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         tid = ty * threads + tx
-        row0, col0 = cuda.blockIdx.y * tile, cuda.blockIdx.x * tile
+        row0 = cuda.blockIdx.x * tile
         a_tile = cuda.shared.array((depth, padded), float32)  # a_tile[k, i] = op(a)[row0 + i, k0 + k]
         b_tile = cuda.shared.array((depth, padded), float32)  # b_tile[k, j] = op(b)[k0 + k, col0 + j]
         acc = cuda.local.array((per_thread, per_thread), float32)
         a_reg = cuda.local.array(per_thread, float32)
         b_reg = cuda.local.array(per_thread, float32)
-        for i in range(per_thread):
-            for j in range(per_thread):
-                acc[i, j] = 0
-        for k0 in range(0, k_total, depth):
-            # per_thread loads per thread per tile; the index runs fastest along the stored rows: coalesced
-            for e in range(tid, tile * depth, count):
-                value = float32(0)
-                if transpose_a:  # a is stored (K, M)
-                    i, k = e % tile, e // tile
-                    if k0 + k < k_total and row0 + i < m:
-                        value = a[k0 + k, row0 + i]
-                else:
-                    k, i = e % depth, e // depth
-                    if row0 + i < m and k0 + k < k_total:
-                        value = a[row0 + i, k0 + k]
-                a_tile[k, i] = value
-            for e in range(tid, tile * depth, count):
-                value = float32(0)
-                if transpose_b:  # b is stored (N, K)
-                    k, j = e % depth, e // depth
-                    if col0 + j < n and k0 + k < k_total:
-                        value = b[col0 + j, k0 + k]
-                else:
-                    j, k = e % tile, e // tile
-                    if k0 + k < k_total and col0 + j < n:
-                        value = b[k0 + k, col0 + j]
-                b_tile[k, j] = value
-            cuda.syncthreads()
-            for k in range(depth):
-                # thread (ty, tx) owns rows ty + i·T and columns tx + j·T: neighbours read neighbouring words
-                for i in range(per_thread):
-                    a_reg[i] = a_tile[k, ty + i * threads]
+        # grid y may hold fewer column tiles than there are: the block steps over the rest
+        for col0 in range(cuda.blockIdx.y * tile, n, cuda.gridDim.y * tile):
+            for i in range(per_thread):
                 for j in range(per_thread):
-                    b_reg[j] = b_tile[k, tx + j * threads]
-                for i in range(per_thread):
+                    acc[i, j] = 0
+            for k0 in range(0, k_total, depth):
+                # per_thread loads per thread per tile; the index runs fastest along the stored rows
+                for e in range(tid, tile * depth, count):
+                    value = float32(0)
+                    if transpose_a:  # a is stored (K, M)
+                        i, k = e % tile, e // tile
+                        if k0 + k < k_total and row0 + i < m:
+                            value = a[k0 + k, row0 + i]
+                    else:
+                        k, i = e % depth, e // depth
+                        if row0 + i < m and k0 + k < k_total:
+                            value = a[row0 + i, k0 + k]
+                    a_tile[k, i] = value
+                for e in range(tid, tile * depth, count):
+                    value = float32(0)
+                    if transpose_b:  # b is stored (N, K)
+                        k, j = e % depth, e // depth
+                        if col0 + j < n and k0 + k < k_total:
+                            value = b[col0 + j, k0 + k]
+                    else:
+                        j, k = e % tile, e // tile
+                        if k0 + k < k_total and col0 + j < n:
+                            value = b[k0 + k, col0 + j]
+                    b_tile[k, j] = value
+                cuda.syncthreads()
+                for k in range(depth):
+                    # thread (ty, tx) owns rows ty + i·T and columns tx + j·T: neighbours read neighbours
+                    for i in range(per_thread):
+                        a_reg[i] = a_tile[k, ty + i * threads]
                     for j in range(per_thread):
-                        acc[i, j] += a_reg[i] * b_reg[j]
-            cuda.syncthreads()
-        for i in range(per_thread):
-            row = row0 + ty + i * threads
-            if row < m:
-                for j in range(per_thread):
-                    col = col0 + tx + j * threads
-                    if col < n:
-                        c[row, col] = acc[i, j]
+                        b_reg[j] = b_tile[k, tx + j * threads]
+                    for i in range(per_thread):
+                        for j in range(per_thread):
+                            acc[i, j] += a_reg[i] * b_reg[j]
+                cuda.syncthreads()
+            for i in range(per_thread):
+                row = row0 + ty + i * threads
+                if row < m:
+                    for j in range(per_thread):
+                        col = col0 + tx + j * threads
+                        if col < n:
+                            c[row, col] = acc[i, j]
 
     return register
