@@ -59,7 +59,9 @@ def test_mismatched_inner_dimensions_name_both_shapes():
         ({"method": "tiled", "per_thread": 2}, "per_thread applies to method='register' only"),
         ({"per_thread": 0}, "per_thread must be an integer ≥ 1"),
         ({"per_thread": 9}, "per_thread must be at most 8"),
-        ({"block": 32, "per_thread": 8}, "block=32 with per_thread=8 needs 65,792 bytes of shared memory"),
+        ({"block": 32, "per_thread": 8}, "block=32 gives 1024 threads"),
+        ({"block": 6, "per_thread": 2}, "tiles by powers of two: .* got block=6, per_thread=2"),
+        ({"block": 16, "per_thread": 1}, "block=16 with per_thread=1 leaves some .* use per_thread ≥ 2"),
     ],
 )
 def test_bad_launch_options_are_named(options, message):

@@ -64,6 +64,15 @@ def bind_cuda(namespace: dict[str, Any]) -> Any:
     return cuda
 
 
+def jit_kernel(*, launch_bounds: tuple[int, int] | None = None) -> Any:
+    """``cuda.jit``, with ``launch_bounds=(threads per block, min resident blocks per SM)`` on a GPU target
+    (ptxas then keeps registers low enough for that many blocks; the simulator has no launch bounds)."""
+    cuda = load_cuda()
+    if launch_bounds is None or cuda.config.ENABLE_CUDASIM:
+        return cuda.jit
+    return cuda.jit(launch_bounds=launch_bounds)
+
+
 def on_simulator() -> bool:
     """True when numba.cuda runs kernels on its CPU simulator (imports numba.cuda)."""
     load_cuda()

@@ -20,6 +20,7 @@ import numpy as np
 
 from workbench._validate import check_nonnegative
 from workbench.kernels._numba import (
+    GPU_THREADS,
     Buffer,
     as_buffer,
     bind_cuda,
@@ -30,6 +31,7 @@ from workbench.kernels._numba import (
     zeros,
 )
 from workbench.kernels.reduce import accumulate_into
+from workbench.kernels.targets import F32_1D, KernelTarget
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
 
@@ -167,3 +169,11 @@ def _clamp_kernel() -> Any:
             x[i] = min(max(x[i], -limit), limit)
 
     return clamp
+
+
+def gpu_targets() -> list[KernelTarget]:
+    """The clipping kernels as launched on a GPU (the norm's sum of squares is `reduce`'s)."""
+    return [
+        KernelTarget("clip scale", _scale_kernel, f"({F32_1D}, {F32_1D}, float32)", GPU_THREADS, 4),
+        KernelTarget("clip value", _clamp_kernel, f"({F32_1D}, float32)", GPU_THREADS, 4),
+    ]

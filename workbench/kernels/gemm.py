@@ -1,6 +1,6 @@
 """Matrix multiply on the GPU three ways: one thread per output, shared-memory tiles, register blocking.
 
-    c = matmul(a, b)                         # register-blocked (the default): 4×4 outputs per thread
+    c = matmul(a, b)                         # register-blocked (the default): 8×8 outputs per thread
     c = matmul(a, b, method="tiled")         # 16×16 tiles staged in shared memory
     dw = matmul(dy, x, transpose_a=True)     # dyᵀ @ x, reading dy transposed (nothing is materialised)
 
@@ -11,32 +11,34 @@ What each method costs in global memory (M×K @ K×N):
 
 - naive: every thread reads a row of A and a column of B: 2K reads per output;
 - tiled (T×T tiles): each element loaded into shared memory serves T outputs: 2K/T reads per output;
-- register (T×T threads, R×R outputs each, tiles of TR×T): 2K/(TR) reads per output, and each value read
-  from shared memory into a register serves R multiply-adds.
+- register (T×T threads, R×R outputs each, tiles of TR×D): 2K/(TR) reads per output, and each value read
+  from shared memory into a register serves R multiply-adds (`workbench.kernels.register_tile`).
 """
 
 from __future__ import annotations
 
 import math
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
 
 from workbench._validate import check_choice, check_int
 from workbench.kernels._numba import as_buffer, bind_cuda, empty, launch, on_simulator
+from workbench.kernels.register_tile import BLOCKS_PER_SM, loads_per_thread, register_kernel
+from workbench.kernels.targets import F32_2D, KernelTarget
 
 METHODS = ("register", "tiled", "naive")
 # block = threads per side of a block; per_thread = outputs per side of a thread (register method).
-GPU_DEFAULTS = {"naive": (16, None), "tiled": (16, None), "register": (16, 4)}
-SIMULATOR_DEFAULTS = {"naive": (16, None), "tiled": (8, None), "register": (4, 8)}
-SHARED_BYTES = 48 * 1024  # static shared memory a block may declare
+GPU_DEFAULTS = {"naive": (16, None), "tiled": (16, None), "register": (16, 8)}
+SIMULATOR_DEFAULTS = {"naive": (16, None), "tiled": (8, None), "register": (4, 4)}
 # Rows of c run along grid x (up to 2³¹ - 1 blocks); columns along grid y, whose limit is 65,535 blocks:
 # wider matrices loop over column tiles (a grid-stride loop), so any shape launches.
 MAX_GRID_Y = 65_535
 # The register method keeps up to 8×8 accumulators per thread: ptxas gives it up to 255 registers, so a
 # block of at most 256 threads (16×16) is launchable whatever it gets (256 × 255 < 65,536 registers per SM).
 REGISTER_MAX_BLOCK = 16
+POWERS_OF_TWO = (1, 2, 4, 8, 16)
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
 
@@ -71,9 +73,9 @@ def matmul(
         method: ``"register"`` (default), ``"tiled"`` or ``"naive"``.
         transpose_a, transpose_b: multiply by the transpose, read in place.
         block: threads per side of a block (and the tile edge); default 16 on a GPU, smaller on the simulator.
-        per_thread: ``"register"`` only: each thread computes per_thread × per_thread outputs, 1 to 8
-            (default 4 on a GPU, 8 on the simulator); its two shared tiles, 2·block·(block·per_thread + 1)
-            floats, must fit in 48 KB.
+            ``"register"``: a power of two up to 16 (more threads could not launch with its registers).
+        per_thread: ``"register"`` only: each thread computes per_thread × per_thread outputs, 1, 2, 4 or 8
+            (default 8 on a GPU: 128×128 tiles; 4 on the simulator).
 
     Returns:
         (M, N) float32 of the kind of `a`: a torch tensor on its device, a NumPy array or a device array.
@@ -114,9 +116,9 @@ def matmul(
         # global reads (one element of each tile), 2K shared reads, 1 write per output
         launch(kernel, grid_2d(m, n, block), (block, block), stream, *args)
     else:
-        kernel = _register_kernel(transpose_a, transpose_b, block, per_thread)
-        # grid (ceil(M/TR), ≤ ceil(N/TR)), block (T, T); shared 2·T·(TR+1) floats; each thread:
-        # 2R·ceil(K/T) global reads, 2RK shared reads, R²K multiply-adds in registers, R² writes
+        kernel = register_kernel(transpose_a, transpose_b, block, per_thread)
+        # grid (ceil(M/TR), ≤ ceil(N/TR)), block (T, T); shared 2·D·(TR+4) floats (D = min(8, T²));
+        # each thread: 2·(TR·D/T²)·ceil(K/D) global reads, 2RK shared reads, R²K multiply-adds, R² writes
         launch(kernel, grid_2d(m, n, block * per_thread), (block, block), stream, *args)
     return c_buf.result()
 
@@ -148,17 +150,21 @@ def _launch_sizes(method: str, block: int | None, per_thread: int | None) -> tup
         raise ValueError(
             f"per_thread must be at most 8 (per_thread² accumulators per thread), got {per_thread}"
         )
-    shared = 2 * block * (block * per_thread + 1) * 4
-    if shared > SHARED_BYTES:
-        raise ValueError(
-            f"block={block} with per_thread={per_thread} needs {shared:,} bytes of shared memory; at most "
-            f"{SHARED_BYTES:,} (48 KB): lower block or per_thread"
-        )
     if block > REGISTER_MAX_BLOCK:
         raise ValueError(
             f"block={block} gives {block * block} threads, each holding per_thread² accumulators in "
             f"registers: a GPU cannot launch more than {REGISTER_MAX_BLOCK * REGISTER_MAX_BLOCK} such "
             f"threads per block (up to 255 registers each, 65,536 per SM); use block ≤ {REGISTER_MAX_BLOCK}"
+        )
+    if block not in POWERS_OF_TWO or per_thread not in POWERS_OF_TWO:
+        raise ValueError(
+            f"method='register' tiles by powers of two: block in 1, 2, 4, 8, 16 and per_thread in 1, 2, 4, "
+            f"8; got block={block}, per_thread={per_thread}"
+        )
+    if loads_per_thread(block, per_thread) < 1:
+        raise ValueError(
+            f"block={block} with per_thread={per_thread} leaves some of the {block * block} threads nothing "
+            f"to load per step; use per_thread ≥ {per_thread * 2}"
         )
     return block, per_thread
 
@@ -239,74 +245,25 @@ def _tiled_kernel(transpose_a: bool, transpose_b: bool, tile: int) -> Any:
     return tiled
 
 
-@cache
-def _register_kernel(transpose_a: bool, transpose_b: bool, threads: int, per_thread: int) -> Any:
-    bind_cuda(globals())
-    from numba import float32
-
-    tile = threads * per_thread  # rows (and columns) of c per block
-    padded = tile + 1  # +1 column: transposed loads write columns, which would all hit one bank
-    depth = threads  # k per shared-memory tile
-    count = threads * threads
-
-    @cuda.jit
-    def register(a, b, c):
-        m, n = c.shape
-        k_total = a.shape[0] if transpose_a else a.shape[1]
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        tid = ty * threads + tx
-        row0 = cuda.blockIdx.x * tile
-        a_tile = cuda.shared.array((depth, padded), float32)  # a_tile[k, i] = op(a)[row0 + i, k0 + k]
-        b_tile = cuda.shared.array((depth, padded), float32)  # b_tile[k, j] = op(b)[k0 + k, col0 + j]
-        acc = cuda.local.array((per_thread, per_thread), float32)
-        a_reg = cuda.local.array(per_thread, float32)
-        b_reg = cuda.local.array(per_thread, float32)
-        # grid y may hold fewer column tiles than there are: the block steps over the rest
-        for col0 in range(cuda.blockIdx.y * tile, n, cuda.gridDim.y * tile):
-            for i in range(per_thread):
-                for j in range(per_thread):
-                    acc[i, j] = 0
-            for k0 in range(0, k_total, depth):
-                # per_thread loads per thread per tile; the index runs fastest along the stored rows
-                for e in range(tid, tile * depth, count):
-                    value = float32(0)
-                    if transpose_a:  # a is stored (K, M)
-                        i, k = e % tile, e // tile
-                        if k0 + k < k_total and row0 + i < m:
-                            value = a[k0 + k, row0 + i]
-                    else:
-                        k, i = e % depth, e // depth
-                        if row0 + i < m and k0 + k < k_total:
-                            value = a[row0 + i, k0 + k]
-                    a_tile[k, i] = value
-                for e in range(tid, tile * depth, count):
-                    value = float32(0)
-                    if transpose_b:  # b is stored (N, K)
-                        k, j = e % depth, e // depth
-                        if col0 + j < n and k0 + k < k_total:
-                            value = b[col0 + j, k0 + k]
-                    else:
-                        j, k = e % tile, e // tile
-                        if k0 + k < k_total and col0 + j < n:
-                            value = b[k0 + k, col0 + j]
-                    b_tile[k, j] = value
-                cuda.syncthreads()
-                for k in range(depth):
-                    # thread (ty, tx) owns rows ty + i·T and columns tx + j·T: neighbours read neighbours
-                    for i in range(per_thread):
-                        a_reg[i] = a_tile[k, ty + i * threads]
-                    for j in range(per_thread):
-                        b_reg[j] = b_tile[k, tx + j * threads]
-                    for i in range(per_thread):
-                        for j in range(per_thread):
-                            acc[i, j] += a_reg[i] * b_reg[j]
-                cuda.syncthreads()
-            for i in range(per_thread):
-                row = row0 + ty + i * threads
-                if row < m:
-                    for j in range(per_thread):
-                        col = col0 + tx + j * threads
-                        if col < n:
-                            c[row, col] = acc[i, j]
-
-    return register
+def gpu_targets() -> list[KernelTarget]:
+    """The matmul kernels as `matmul` launches them on a GPU (its defaults), in every transposed form."""
+    operands = f"({F32_2D}, {F32_2D}, {F32_2D})"  # a, b, c: contiguous device views
+    block, per_thread = GPU_DEFAULTS["register"]
+    targets = []
+    for transpose_a, transpose_b in ((False, False), (True, False), (False, True), (True, True)):
+        form = "".join("t" if t else "n" for t in (transpose_a, transpose_b))
+        suffix = "" if form == "nn" else f" {form}"
+        naive, tiled = GPU_DEFAULTS["naive"][0], GPU_DEFAULTS["tiled"][0]
+        builds = {  # the kernel, threads per side of the block, resident blocks per SM counted on
+            "naive": (partial(_naive_kernel, transpose_a, transpose_b), naive, 4),
+            "tiled": (partial(_tiled_kernel, transpose_a, transpose_b, tiled), tiled, 4),
+            "register": (
+                partial(register_kernel, transpose_a, transpose_b, block, per_thread),
+                block,
+                BLOCKS_PER_SM,
+            ),
+        }
+        for method, (build, side, blocks_per_sm) in builds.items():
+            name = f"matmul {method}{suffix}"
+            targets.append(KernelTarget(name, build, operands, side * side, blocks_per_sm))
+    return targets

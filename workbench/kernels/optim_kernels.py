@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from workbench._validate import check_int, check_nonnegative
-from workbench.kernels._numba import as_buffer, bind_cuda, check_same_shape, launch, launch_1d
+from workbench.kernels._numba import GPU_THREADS, as_buffer, bind_cuda, check_same_shape, launch, launch_1d
+from workbench.kernels.targets import F32_1D, KernelTarget
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
 
@@ -284,3 +285,13 @@ def _adam_kernel() -> Any:
             param[i] = p - step_size * (m / denom)
 
     return adam
+
+
+def gpu_targets() -> list[KernelTarget]:
+    """The fused SGD and Adam updates as launched on a GPU."""
+    sgd = f"({F32_1D}, {F32_1D}, {F32_1D}, float32, float32, float32, boolean, boolean)"
+    adam = f"({F32_1D}, {F32_1D}, {F32_1D}, {F32_1D}" + ", float32" * 8 + ")"
+    return [
+        KernelTarget("sgd", _sgd_kernel, sgd, GPU_THREADS, 4),
+        KernelTarget("adam", _adam_kernel, adam, GPU_THREADS, 4),
+    ]

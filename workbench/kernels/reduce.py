@@ -17,7 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from workbench.kernels._numba import Buffer, as_buffer, bind_cuda, launch, launch_1d, read_scalar, zeros
+from workbench.kernels._numba import (
+    GPU_THREADS,
+    Buffer,
+    as_buffer,
+    bind_cuda,
+    launch,
+    launch_1d,
+    read_scalar,
+    zeros,
+)
+from workbench.kernels.targets import F32_1D, KernelTarget
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
 
@@ -115,3 +125,17 @@ def _reduce_kernel(threads: int, square: bool) -> Any:
             cuda.atomic.add(out, 0, partial[0])
 
     return reduce
+
+
+def gpu_targets() -> list[KernelTarget]:
+    """`sum` and `squared_norm` as launched on a GPU (`launch_1d`'s default threads)."""
+    return [
+        KernelTarget(
+            name,
+            lambda square=square: _reduce_kernel(GPU_THREADS, square),
+            f"({F32_1D}, {F32_1D})",
+            GPU_THREADS,
+            4,
+        )
+        for name, square in (("sum", False), ("squared norm", True))
+    ]

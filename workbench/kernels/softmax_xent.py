@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from workbench.kernels._numba import (
+    GPU_THREADS,
     INDEX_DTYPES,
     Buffer,
     as_buffer,
@@ -36,6 +37,7 @@ from workbench.kernels._numba import (
     scalar_result,
     zeros,
 )
+from workbench.kernels.targets import F32_1D, F32_2D, KernelTarget
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
 
@@ -276,3 +278,18 @@ def _backward_kernel() -> Any:
             dlogits[row, col] = p * scale
 
     return backward
+
+
+def gpu_targets() -> list[KernelTarget]:
+    """Cross-entropy forward (one block of up to 256 threads per row) and backward, for both target types."""
+    targets = []
+    for index in INDEX_DTYPES:
+        forward = f"({F32_2D}, {index}[::1], {F32_1D}, {F32_1D}, float32)"
+        backward = f"({F32_2D}, {index}[::1], {F32_1D}, {F32_1D}, float32, {F32_2D})"
+        targets += [
+            KernelTarget(
+                f"xent forward {index}", lambda: _forward_kernel(GPU_MAX_THREADS), forward, GPU_MAX_THREADS, 4
+            ),
+            KernelTarget(f"xent backward {index}", _backward_kernel, backward, GPU_THREADS, 4),
+        ]
+    return targets

@@ -1,0 +1,149 @@
+"""The register-tiled matmul kernel, written out as source for one shape of tile (2-D blocktiling).
+
+A block of T×T threads computes a (T·R)×(T·R) tile of c; each thread keeps R×R sums in registers (scalar
+variables: numba gives local arrays stack slots the compiler may not promote). Per step of depth D
+(D = min(8, T²)) the block stages a (T·R)×D slab of op(a) and a D×(T·R) slab of op(b) in shared memory;
+each thread then reads R values of each per k and does R² multiply-adds on them.
+
+What makes it fast on a GPU, and why the source is generated rather than looped:
+
+- every loop over k, R and the loads is unrolled: NVVM does not unroll numba's loops, and a loop counter,
+  its compare and its branch would cost as much as the multiply-adds they drive;
+- each thread's share of a slab is a fixed list of R·D/T loads at offsets known at compile time from one
+  per-thread base (no division or modulo in the loop), coalesced along the stored rows;
+- register prefetch: the next slab's global loads are issued before the current slab's math, so their
+  latency hides behind it; shared memory then holds one slab (two barriers per step);
+- thread (ty, tx) owns rows ty + r·T and columns tx + c·T: in a warp, reads of b's slab hit 16 (or 32)
+  consecutive words (no bank conflicts), reads of a's slab are broadcasts, and writes of c are coalesced;
+- shared rows are padded by 4 floats, so the stores of a transposed slab spread over the banks;
+- launch bounds (T² threads, `BLOCKS_PER_SM` = 1) let ptxas keep everything in registers: no spills.
+
+`workbench.kernels.gemm.matmul(method="register")` launches it; `matmul_spec` is the reference the tests
+hold it to. `register_source(False, False, 2, 2)` shows a small one.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from workbench.kernels._numba import bind_cuda, jit_kernel
+
+PAD = 4  # floats added to each shared row
+# Resident blocks per SM the launch bounds ask ptxas to leave registers for. One: at T=16, R=8 the 64 sums,
+# the prefetched slab and the load addresses take 200-255 registers (two blocks would cap them at 128 and
+# spill, measured with `python -m workbench.kernels.static`); one block's 8 warps keep the FMA units busy
+# through 64 independent sums per thread, and the prefetch hides the global loads.
+BLOCKS_PER_SM = 1
+
+
+def slab_depth(threads: int) -> int:
+    """D, the k-depth of a shared slab: 8, or T² when a block has fewer than 8 threads."""
+    return min(8, threads * threads)
+
+
+def loads_per_thread(threads: int, per_thread: int) -> float:
+    """Elements of each slab one thread loads: (T·R)·D / T²."""
+    return threads * per_thread * slab_depth(threads) / (threads * threads)
+
+
+def _split(p: int, count: int, length: int) -> tuple[str, str]:
+    """For element e = tid + p·count of a slab whose contiguous dimension has `length` elements: the
+    (fast, slow) coordinates as source, each a per-thread base plus a constant (all sizes powers of two)."""
+    offset = p * count
+    if count >= length:  # whole rows per pass: the fast coordinate is fixed per thread
+        return "fast_base", f"slow_base + {offset // length}"
+    return f"tid + {offset % length}", f"{offset // length}"  # a pass covers part of a row
+
+
+def register_source(transpose_a: bool, transpose_b: bool, threads: int, per_thread: int) -> str:
+    """Python source of the kernel ``register(a, b, c)`` for T = `threads`, R = `per_thread`.
+
+    Example:
+        >>> source = register_source(False, False, 2, 2)
+        >>> source.count("+= a"), "while" in source
+        (16, False)
+    """
+    t, r = threads, per_thread
+    tile, depth, count = t * r, slab_depth(t), t * t
+    loads = round(loads_per_thread(t, r))
+    lines = [
+        "def register(a, b, c):",
+        "    m, n = c.shape",
+        f"    k_total = a.shape[{0 if transpose_a else 1}]",
+        "    tx = cuda.threadIdx.x",
+        "    ty = cuda.threadIdx.y",
+        f"    tid = ty * {t} + tx",
+        f"    row0 = cuda.blockIdx.x * {tile}",
+        f"    a_s = cuda.shared.array(({depth}, {tile + PAD}), float32)  # [k, i]: op(a)[row0 + i, k0 + k]",
+        f"    b_s = cuda.shared.array(({depth}, {tile + PAD}), float32)  # [k, j]: op(b)[k0 + k, col0 + j]",
+    ]
+    # each thread's slab coordinates: fast along the stored rows (coalesced), slow across them
+    a_length = tile if transpose_a else depth  # a stored (K, M): rows run along i; (M, K): along k
+    b_length = depth if transpose_b else tile  # b stored (N, K): rows run along k; (K, N): along j
+    lines += [
+        f"    a_fast_base = tid % {a_length}",
+        f"    a_slow_base = tid // {a_length}",
+        f"    b_fast_base = tid % {b_length}",
+        f"    b_slow_base = tid // {b_length}",
+    ]
+    a_coords, b_coords = [], []  # (i, k) and (k, j) of each load, within the slab
+    for p in range(loads):
+        fast, slow = _split(p, count, a_length)
+        fast, slow = fast.replace("fast_base", "a_fast_base"), slow.replace("slow_base", "a_slow_base")
+        a_coords.append((fast, slow) if transpose_a else (slow, fast))  # (i, k)
+        fast, slow = _split(p, count, b_length)
+        fast, slow = fast.replace("fast_base", "b_fast_base"), slow.replace("slow_base", "b_slow_base")
+        b_coords.append((fast, slow) if transpose_b else (slow, fast))  # (k, j)
+    for p, (i, k) in enumerate(a_coords):
+        lines += [f"    a_i{p} = {i}", f"    a_k{p} = {k}"]
+    for p, (k, j) in enumerate(b_coords):
+        lines += [f"    b_k{p} = {k}", f"    b_j{p} = {j}"]
+
+    def load_slab(indent: str, k0: str) -> list[str]:
+        out = []
+        for p in range(loads):
+            row, col = f"row0 + a_i{p}", f"{k0} + a_k{p}"
+            element = f"a[{col}, {row}]" if transpose_a else f"a[{row}, {col}]"
+            out.append(f"{indent}ra{p} = {element} if {row} < m and {col} < k_total else float32(0)")
+            k, j = f"{k0} + b_k{p}", f"col0 + b_j{p}"
+            element = f"b[{j}, {k}]" if transpose_b else f"b[{k}, {j}]"
+            out.append(f"{indent}rb{p} = {element} if {k} < k_total and {j} < n else float32(0)")
+        return out
+
+    body = [f"    for col0 in range(cuda.blockIdx.y * {tile}, n, cuda.gridDim.y * {tile}):"]
+    body += [f"        c{i}_{j} = float32(0)" for i in range(r) for j in range(r)]
+    body += load_slab("        ", "0")
+    body += [f"        for k0 in range(0, k_total, {depth}):"]
+    body += [f"            a_s[a_k{p}, a_i{p}] = ra{p}" for p in range(loads)]
+    body += [f"            b_s[b_k{p}, b_j{p}] = rb{p}" for p in range(loads)]
+    body += ["            cuda.syncthreads()", f"            if k0 + {depth} < k_total:"]
+    body += load_slab("                ", f"k0 + {depth}")
+    for k in range(depth):
+        body += [f"            a{i} = a_s[{k}, ty + {i * t}]" for i in range(r)]
+        body += [f"            b{j} = b_s[{k}, tx + {j * t}]" for j in range(r)]
+        body += [f"            c{i}_{j} += a{i} * b{j}" for i in range(r) for j in range(r)]
+    body += ["            cuda.syncthreads()"]
+    for i in range(r):
+        body += [f"        row = row0 + ty + {i * t}", "        if row < m:"]
+        for j in range(r):
+            body += [
+                f"            col = col0 + tx + {j * t}",
+                "            if col < n:",
+                f"                c[row, col] = c{i}_{j}",
+            ]
+    return "\n".join(lines + body) + "\n"
+
+
+@cache
+def register_kernel(transpose_a: bool, transpose_b: bool, threads: int, per_thread: int) -> Any:
+    """The compiled kernel for these transposes and T = `threads`, R = `per_thread` (built once each)."""
+    namespace: dict[str, Any] = {}
+    bind_cuda(namespace)
+    from numba import float32
+
+    namespace["float32"] = float32
+    source = register_source(transpose_a, transpose_b, threads, per_thread)
+    filename = f"<workbench register matmul {int(transpose_a)}{int(transpose_b)} T={threads} R={per_thread}>"
+    exec(compile(source, filename, "exec"), namespace)
+    return jit_kernel(launch_bounds=(threads * threads, BLOCKS_PER_SM))(namespace["register"])

@@ -1,0 +1,329 @@
+"""What NVIDIA's compiler makes of every kernel the package launches, without a GPU: registers, spills,
+shared memory, float64 use, occupancy on A100 (sm_80) and H100 (sm_90), and the SASS instruction mix.
+
+    python -m workbench.kernels.static             # a table, every kernel for sm_80 and sm_90
+    python -m workbench.kernels.static --json      # the same as JSON (what the tests read)
+
+Each kernel is compiled as the host code launches it (`workbench.kernels.targets`): numba's
+``compile_ptx`` with the exact argument types, then ``ptxas -v`` for the SASS and its resource use, then
+``nvdisasm`` for the instructions. `problems` lists what would fail or disappoint on the hardware: local
+memory spills, float64 in an fp32 kernel, a block that cannot launch with its registers or shared memory,
+a block that is not whole warps, fewer resident blocks than the launch counts on.
+
+Needs NVIDIA's compiler from pip (``make test`` installs it: the ``toolchain`` extra) and numba on its GPU
+target: this runs with ``NUMBA_ENABLE_CUDASIM=0`` (in a subprocess when this process already chose the
+simulator; `static_reports` does that). No GPU or driver is needed to compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.kernels.targets import KernelTarget, all_targets
+
+ARCHS = ("sm_80", "sm_90")
+TOOLCHAIN_EXTRA = "pip install -c constraints.txt -e '.[toolchain]'"
+TOOLCHAIN_PACKAGES = ("nvidia-nvvm", "nvidia-cuda-nvrtc", "nvidia-cuda-nvcc", "nvidia-cuda-nvdisasm")
+STATIC_SHARED_BYTES = 48 * 1024  # what a kernel may declare statically (numba's shared arrays are static)
+
+
+@dataclass(frozen=True)
+class SmLimits:
+    """Per-SM resources of one compute capability (CUDA C Programming Guide, compute capabilities table)."""
+
+    gpu: str
+    max_threads: int = 2048
+    max_blocks: int = 32
+    registers: int = 65_536
+    register_unit: int = 256  # registers are allocated per warp in units of this many
+    shared_per_sm: int = 0  # bytes usable by blocks
+    shared_reserved: int = 1024  # bytes the system keeps per resident block
+
+
+LIMITS = {
+    "sm_80": SmLimits("A100", shared_per_sm=164 * 1024),
+    "sm_90": SmLimits("H100", shared_per_sm=228 * 1024),
+}
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """One kernel compiled for one architecture."""
+
+    name: str
+    arch: str
+    threads: int
+    registers: int
+    stack_bytes: int
+    spill_stores: int
+    spill_loads: int
+    shared_bytes: int
+    float64: bool  # float64 instructions in the PTX
+    blocks_per_sm: int  # resident blocks per SM at this launch (0: cannot launch)
+    occupancy: float  # resident warps / the SM's maximum
+    instructions: int  # SASS instructions (static count)
+    ffma_share: float  # FFMA / instructions in the loop with the most FFMAs (0 without FFMA)
+    opcodes: dict[str, int] = field(default_factory=dict)  # SASS opcode → static count
+
+    @property
+    def launchable(self) -> bool:
+        return self.blocks_per_sm > 0
+
+
+def occupancy(registers: int, threads: int, shared_bytes: int, limits: SmLimits) -> tuple[int, float]:
+    """(resident blocks per SM, resident warps / maximum) for a kernel's resources.
+
+    Example:
+        >>> occupancy(124, 256, 8320, LIMITS["sm_90"])  # 124 registers × 256 threads: 2 blocks fit
+        (2, 0.25)
+        >>> occupancy(94, 1024, 16640, LIMITS["sm_90"])  # 94 × 1024 > 65,536 registers: cannot launch
+        (0, 0.0)
+    """
+    warps = math.ceil(threads / 32)
+    per_warp = math.ceil(max(registers, 1) * 32 / limits.register_unit) * limits.register_unit
+    by_registers = limits.registers // per_warp // warps
+    by_shared = limits.shared_per_sm // (shared_bytes + limits.shared_reserved)
+    by_threads = limits.max_threads // threads if threads <= 1024 else 0
+    blocks = min(by_registers, by_shared, by_threads, limits.max_blocks)
+    return blocks, blocks * warps / (limits.max_threads // 32)
+
+
+def problems(report: KernelReport, target: KernelTarget) -> list[str]:
+    """What would fail or disappoint on the hardware; empty when the kernel is as its launch expects."""
+    found = []
+    if report.spill_stores or report.spill_loads or report.stack_bytes:
+        found.append(
+            f"local memory: {report.stack_bytes} bytes of stack, {report.spill_stores} bytes of spill "
+            f"stores, {report.spill_loads} of spill loads"
+        )
+    if target.fp32 and report.float64:
+        found.append("float64 instructions in an fp32 kernel")
+    if report.threads % 32:
+        found.append(f"{report.threads} threads per block is not a whole number of warps (32)")
+    if report.shared_bytes > STATIC_SHARED_BYTES:
+        found.append(f"{report.shared_bytes} bytes of static shared memory; at most {STATIC_SHARED_BYTES}")
+    if not report.launchable:
+        found.append(
+            f"cannot launch: {report.registers} registers × {report.threads} threads and "
+            f"{report.shared_bytes} bytes of shared memory do not fit one SM of {LIMITS[report.arch].gpu}"
+        )
+    elif report.blocks_per_sm < target.min_blocks_per_sm:
+        found.append(
+            f"{report.blocks_per_sm} resident block(s) per SM ({report.occupancy:.0%} occupancy); the launch "
+            f"counts on {target.min_blocks_per_sm}"
+        )
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- compiling
+
+
+def find_tool(name: str) -> str | None:
+    """The path of NVIDIA's `name` (ptxas, nvdisasm) from the pip toolchain or a CUDA install, or None."""
+    try:
+        from cuda.pathfinder import find_nvidia_binary_utility
+    except ImportError:
+        return None
+    return find_nvidia_binary_utility(name)
+
+
+def compile_target(target: KernelTarget, arch: str, *, max_registers: int | None = None) -> KernelReport:
+    """Compile `target` for `arch` (``"sm_80"``, ``"sm_90"``) and read what the compiler did.
+
+    `max_registers` caps ptxas's registers per thread (what a launch bound does); tests use it to make a
+    kernel spill. Needs numba on its GPU target (``NUMBA_ENABLE_CUDASIM=0``) and the toolchain.
+    """
+    from numba import cuda
+
+    if cuda.config.ENABLE_CUDASIM:
+        raise RuntimeError(
+            "numba runs on its CPU simulator in this process, which compiles nothing; run "
+            "`python -m workbench.kernels.static` (it sets NUMBA_ENABLE_CUDASIM=0) or call static_reports()"
+        )
+    ptxas, nvdisasm = find_tool("ptxas"), find_tool("nvdisasm")
+    if ptxas is None or nvdisasm is None:
+        raise RuntimeError(f"ptxas or nvdisasm not found; install NVIDIA's toolchain: {TOOLCHAIN_EXTRA}")
+    dispatcher = target.build()
+    options = {
+        k: dispatcher.targetoptions[k] for k in ("fastmath", "launch_bounds") if k in dispatcher.targetoptions
+    }
+    cc = (int(arch[3]), int(arch[4:]))
+    ptx, _ = cuda.compile_ptx(dispatcher.py_func, target.signature, cc=cc, **options)
+    with tempfile.TemporaryDirectory(prefix="workbench-static-") as folder:
+        source, cubin = Path(folder) / "kernel.ptx", Path(folder) / "kernel.cubin"
+        source.write_text(ptx)
+        command = [ptxas, "-v", f"-arch={arch}", str(source), "-o", str(cubin)]
+        if max_registers is not None:
+            command.append(f"--maxrregcount={max_registers}")
+        verbose = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+        sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    resources = _ptxas_resources(verbose)
+    instructions = _sass_instructions(sass)
+    blocks, fraction = occupancy(resources["registers"], target.threads, resources["shared"], LIMITS[arch])
+    return KernelReport(
+        name=target.name,
+        arch=arch,
+        threads=target.threads,
+        registers=resources["registers"],
+        stack_bytes=resources["stack"],
+        spill_stores=resources["spill_stores"],
+        spill_loads=resources["spill_loads"],
+        shared_bytes=resources["shared"],
+        float64=re.search(r"\.f64\b", ptx) is not None,
+        blocks_per_sm=blocks,
+        occupancy=fraction,
+        instructions=len(instructions),
+        ffma_share=_main_loop_ffma_share(instructions),
+        opcodes=dict(Counter(opcode for _, opcode, _ in instructions).most_common()),
+    )
+
+
+def _ptxas_resources(verbose: str) -> dict[str, int]:
+    """Registers, stack, spills and shared memory from ``ptxas -v`` (one kernel)."""
+
+    def number(pattern: str) -> int:
+        found = re.search(pattern, verbose)
+        return int(found.group(1)) if found else 0
+
+    return {
+        "registers": number(r"Used (\d+) registers"),
+        "stack": number(r"(\d+) bytes stack frame"),
+        "spill_stores": number(r"(\d+) bytes spill stores"),
+        "spill_loads": number(r"(\d+) bytes spill loads"),
+        "shared": number(r"(\d+) bytes smem"),
+    }
+
+
+_INSTRUCTION = re.compile(
+    r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?\s*([^;]*);"
+)
+_LABEL = re.compile(r"^(\.L_x_\d+):")
+_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+
+
+def _sass_instructions(sass: str) -> list[tuple[int, str, str | None]]:
+    """(address, opcode, branch target address) of each SASS instruction, NOPs left out."""
+    labels: dict[str, int] = {}
+    pending: list[str] = []
+    parsed: list[tuple[int, str, str | None]] = []
+    for line in sass.splitlines():
+        label = _LABEL.match(line.strip())
+        if label:
+            pending.append(label.group(1))
+            continue
+        found = _INSTRUCTION.search(line)
+        if not found:
+            continue
+        address = int(found.group(1), 16)
+        for name in pending:
+            labels[name] = address
+        pending = []
+        jump = _TARGET.search(found.group(5) or "")
+        parsed.append((address, found.group(3), jump.group(1) if jump else None))
+    return [
+        (address, opcode, labels.get(name) if name else None)
+        for address, opcode, name in parsed
+        if opcode != "NOP"
+    ]
+
+
+def _main_loop_ffma_share(instructions: list[tuple[int, str, Any]]) -> float:
+    """FFMA / instructions in the loop (a backward branch's span) holding the most FFMAs; the whole kernel
+    when no loop holds one; 0 without FFMA."""
+    best: tuple[int, int] = (0, 1)  # (FFMAs, instructions)
+    for address, opcode, target in instructions:
+        if opcode in ("BRA", "JMP") and target is not None and target <= address:
+            body = [op for a, op, _ in instructions if target <= a <= address]
+            count = body.count("FFMA")
+            if count > best[0] or (count == best[0] and count and len(body) < best[1]):
+                best = (count, len(body))
+    if best[0] == 0:
+        total = sum(op == "FFMA" for _, op, _ in instructions)
+        best = (total, max(len(instructions), 1))
+    return best[0] / best[1]
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+def static_reports(archs: tuple[str, ...] = ARCHS, timeout_s: float = 900) -> list[dict[str, Any]]:
+    """Every target compiled for each of `archs`, as dicts with a ``problems`` list, from a fresh process
+    with numba on its GPU target (so this works from any process, the simulator's included).
+
+    Raises:
+        RuntimeError: the toolchain is missing or a compile failed (the message says which and the fix).
+    """
+    environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    command = [sys.executable, "-m", "workbench.kernels.static", "--json", "--arch", *archs]
+    done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout_s)
+    if done.returncode != 0:
+        raise RuntimeError(f"compiling the kernels failed:\n{done.stderr.strip()[-3000:]}")
+    return json.loads(done.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m workbench.kernels.static", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON (one object per kernel and arch)")
+    parser.add_argument("--arch", nargs="+", default=list(ARCHS), choices=ARCHS)
+    args = parser.parse_args(argv)
+    if "numba.cuda" not in sys.modules:
+        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
+    rows = []
+    for target in all_targets():
+        for arch in args.arch:
+            report = compile_target(target, arch)
+            rows.append(
+                {**asdict(report), "launchable": report.launchable, "problems": problems(report, target)}
+            )
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    from workbench.tables import text_table
+
+    headers = [
+        "kernel",
+        "arch",
+        "threads",
+        "regs",
+        "smem B",
+        "spill B",
+        "blocks/SM",
+        "occupancy",
+        "FFMA share",
+    ]
+    table = [
+        [
+            r["name"],
+            r["arch"],
+            r["threads"],
+            r["registers"],
+            r["shared_bytes"],
+            r["spill_stores"] + r["spill_loads"],
+            r["blocks_per_sm"],
+            f"{r['occupancy']:.0%}",
+            f"{r['ffma_share']:.0%}" if r["ffma_share"] else "-",
+        ]
+        for r in rows
+    ]
+    print(text_table(headers, table))
+    for r in rows:
+        for problem in r["problems"]:
+            print(f"{r['name']} ({r['arch']}): {problem}")
+    return 1 if any(r["problems"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
