@@ -5,10 +5,11 @@ shared memory, float64 use, occupancy on A100 (sm_80) and H100 (sm_90), and the 
     python -m workbench.kernels.static --json      # the same as JSON (what the tests read)
 
 Each kernel is compiled as the host code launches it (`workbench.kernels.targets`): numba's
-``compile_ptx`` with the exact argument types, then ``ptxas -v`` for the SASS and its resource use, then
-``nvdisasm`` for the instructions. `problems` lists what would fail or disappoint on the hardware: local
-memory spills, float64 in an fp32 kernel, a block that cannot launch with its registers or shared memory,
-a block that is not whole warps, fewer resident blocks than the launch counts on.
+``compile_ptx`` with the exact argument types (PTX for sm_80, which later GPUs also run), then ``ptxas -v``
+for each architecture's SASS and its resource use, then ``nvdisasm`` for the instructions. `problems`
+lists what would fail or disappoint on the hardware: local memory spills, float64 in an fp32 kernel, a
+block that cannot launch with its registers or shared memory, a block that is not whole warps, fewer
+resident blocks than the launch counts on.
 
 Needs NVIDIA's compiler from pip (``make test`` installs it: the ``toolchain`` extra) and numba on its GPU
 target: this runs with ``NUMBA_ENABLE_CUDASIM=0`` (in a subprocess when this process already chose the
@@ -138,12 +139,9 @@ def find_tool(name: str) -> str | None:
     return find_nvidia_binary_utility(name)
 
 
-def compile_target(target: KernelTarget, arch: str, *, max_registers: int | None = None) -> KernelReport:
-    """Compile `target` for `arch` (``"sm_80"``, ``"sm_90"``) and read what the compiler did.
-
-    `max_registers` caps ptxas's registers per thread (what a launch bound does); tests use it to make a
-    kernel spill. Needs numba on its GPU target (``NUMBA_ENABLE_CUDASIM=0``) and the toolchain.
-    """
+def target_ptx(target: KernelTarget, arch: str = "sm_80") -> str:
+    """numba's PTX for `target` with the launch's exact argument types, for `arch` (PTX for sm_80 also
+    assembles for every later architecture, as a driver does when it meets a newer GPU)."""
     from numba import cuda
 
     if cuda.config.ENABLE_CUDASIM:
@@ -151,15 +149,29 @@ def compile_target(target: KernelTarget, arch: str, *, max_registers: int | None
             "numba runs on its CPU simulator in this process, which compiles nothing; run "
             "`python -m workbench.kernels.static` (it sets NUMBA_ENABLE_CUDASIM=0) or call static_reports()"
         )
-    ptxas, nvdisasm = find_tool("ptxas"), find_tool("nvdisasm")
-    if ptxas is None or nvdisasm is None:
-        raise RuntimeError(f"ptxas or nvdisasm not found; install NVIDIA's toolchain: {TOOLCHAIN_EXTRA}")
     dispatcher = target.build()
     options = {
         k: dispatcher.targetoptions[k] for k in ("fastmath", "launch_bounds") if k in dispatcher.targetoptions
     }
     cc = (int(arch[3]), int(arch[4:]))
     ptx, _ = cuda.compile_ptx(dispatcher.py_func, target.signature, cc=cc, **options)
+    return ptx
+
+
+def compile_target(
+    target: KernelTarget, arch: str, *, ptx: str | None = None, max_registers: int | None = None
+) -> KernelReport:
+    """Assemble `target` for `arch` (``"sm_80"``, ``"sm_90"``) and read what the compiler did.
+
+    `ptx`: from `target_ptx` (compiled here when not given). `max_registers` caps ptxas's registers per
+    thread (ptxas ignores it for kernels with launch bounds); tests use it to make a kernel spill. Needs
+    numba on its GPU target (``NUMBA_ENABLE_CUDASIM=0``) and the toolchain.
+    """
+    ptxas, nvdisasm = find_tool("ptxas"), find_tool("nvdisasm")
+    if ptxas is None or nvdisasm is None:
+        raise RuntimeError(f"ptxas or nvdisasm not found; install NVIDIA's toolchain: {TOOLCHAIN_EXTRA}")
+    if ptx is None:
+        ptx = target_ptx(target)
     with tempfile.TemporaryDirectory(prefix="workbench-static-") as folder:
         source, cubin = Path(folder) / "kernel.ptx", Path(folder) / "kernel.cubin"
         source.write_text(ptx)
@@ -283,8 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
     rows = []
     for target in all_targets():
+        ptx = target_ptx(target)  # once: numba's compile is the slow part (seconds for the register matmul)
         for arch in args.arch:
-            report = compile_target(target, arch)
+            report = compile_target(target, arch, ptx=ptx)
             rows.append(
                 {**asdict(report), "launchable": report.launchable, "problems": problems(report, target)}
             )

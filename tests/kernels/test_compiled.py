@@ -1,0 +1,74 @@
+"""Every kernel the package launches, compiled by NVIDIA's real compiler for sm_80 and sm_90 (no GPU needed):
+no local-memory spills, no float64, launchable with its registers and shared memory, whole warps, the
+occupancy its launch counts on. And the checks do fail on kernels that break them.
+
+Needs the ``toolchain`` extra (NVVM, NVRTC, ptxas, nvdisasm from pip). ``make test`` installs it and sets
+WORKBENCH_REQUIRE_TOOLCHAIN=1, so there a missing toolchain fails; elsewhere these tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.kernels.static import ARCHS, TOOLCHAIN_EXTRA, find_tool, static_reports
+from workbench.kernels.targets import all_targets
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module", autouse=True)
+def toolchain():
+    missing = [tool for tool in ("ptxas", "nvdisasm") if find_tool(tool) is None]
+    if missing:
+        message = f"NVIDIA's toolchain is missing ({', '.join(missing)}): {TOOLCHAIN_EXTRA}"
+        if os.environ.get("WORKBENCH_REQUIRE_TOOLCHAIN"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return static_reports()
+
+
+def test_every_launched_kernel_is_compiled_for_each_architecture(reports):
+    compiled = {(r["name"], r["arch"]) for r in reports}
+    assert compiled == {(t.name, arch) for t in all_targets() for arch in ARCHS}
+
+
+def test_no_kernel_spills_uses_float64_or_misses_its_launch(reports):
+    failing = {f"{r['name']} ({r['arch']})": r["problems"] for r in reports if r["problems"]}
+    assert failing == {}
+
+
+def test_the_register_matmul_is_mostly_multiply_adds(reports):
+    """The 128×128 register tiling: its main loop is at least half FFMA (the issue's target)."""
+    for report in reports:
+        if report["name"].startswith("matmul register"):
+            assert report["ffma_share"] >= 0.5, report
+            assert report["threads"] == 256 and report["registers"] <= 255
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_checks_fail_on_kernels_that_break_them(arch):
+    environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    done = subprocess.run(
+        [sys.executable, str(HERE / "static_failures_case.py"), arch],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert any("spill" in p for p in found["spills"]), found["spills"]
+    assert found["float64"] == ["float64 instructions in an fp32 kernel"]
+    assert any(p.startswith("cannot launch") for p in found["too many threads"]), found
+    assert any("not a whole number of warps" in p for p in found["partial warps"]), found
+    assert any("the launch counts on 16" in p for p in found["occupancy"]), found
