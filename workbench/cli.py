@@ -77,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     kernels = bench_commands.add_parser("kernels", help="numba kernels against torch (GPU; says so without)")
     kernels.add_argument("--repeats", type=int, default=5, help="timed samples per measurement (median)")
     kernels.add_argument("--full", action="store_true", help="matmul 4096³, 100M-parameter Adam and clipping")
+    kernels.add_argument("--static", action="store_true", help="no GPU: compile, predict from the roofline")
     kernels.set_defaults(command="bench kernels", run=_bench_kernels)
     ddp = bench_commands.add_parser("ddp", help="data parallel: N processes vs 1 on a compute-bound MLP")
     ddp.add_argument("--nprocs", type=int, default=2, help="processes of the parallel run (default 2)")
@@ -326,7 +327,8 @@ def _bench_trainer(args: argparse.Namespace) -> int:
 def _bench_kernels(args: argparse.Namespace) -> int:
     from workbench.bench.kernels import main as bench_kernels
 
-    return bench_kernels(["--repeats", str(args.repeats), *(["--full"] if args.full else [])])
+    flags = [*(["--full"] if args.full else []), *(["--static"] if args.static else [])]
+    return bench_kernels(["--repeats", str(args.repeats), *flags])
 
 
 def _bench_ddp(args: argparse.Namespace) -> int:

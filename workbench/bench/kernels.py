@@ -2,6 +2,7 @@
 
     workbench bench kernels             # quick sizes: matmul 2048³, 10M-parameter Adam and clipping
     workbench bench kernels --full      # matmul 4096³, Adam and clipping over 100M parameters
+    workbench bench kernels --static    # no GPU: what the compiler predicts (bench.kernels_static)
 
 Each kernel and its torch counterpart run on the same data: warm-up, then ``repeats`` samples timed with
 CUDA events (several calls each), the median reported as GFLOP/s (matmul) or GB/s (the rest: the bytes each
@@ -329,7 +330,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed samples per measurement (median)")
     parser.add_argument("--full", action="store_true", help="matmul 4096³, 100M-parameter Adam and clipping")
+    parser.add_argument(
+        "--static",
+        action="store_true",
+        help="no GPU needed: compile and predict (registers, occupancy, roofline)",
+    )
     args = parser.parse_args(argv)
+    if args.static:
+        from workbench.bench.kernels_static import static_prediction
+
+        try:
+            print(static_prediction(quick=not args.full).table())
+        except RuntimeError as error:
+            print(f"workbench bench kernels --static: error: {error}", file=sys.stderr)
+            return 2
+        return 0
     try:
         result = benchmark_kernels(quick=not args.full, repeats=args.repeats)
     except ValueError as error:

@@ -10,13 +10,14 @@ In a terminal that prints a text table; in a notebook the report displays as an 
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 
 from workbench.devices.cpu import CpuInfo, cpu_info
 from workbench.devices.cuda import CudaStatus, cuda_status
 from workbench.devices.nvml import GpuInfo, NvmlReport, nvml_report
+from workbench.devices.toolchain import PACKAGES, TOOLCHAIN_EXTRA, ToolchainStatus, toolchain_status
 from workbench.tables import html_table, text_table
 
 REPORTED_PACKAGES = ("workbench", "torch", "numba", "numba-cuda", "nvidia-ml-py", "jupyterlab", "ipywidgets")
@@ -33,6 +34,7 @@ class DeviceReport:
     cpu: CpuInfo
     nvml: NvmlReport
     cuda: CudaStatus
+    toolchain: ToolchainStatus = field(default_factory=toolchain_status)
 
     @property
     def gpus(self) -> tuple[GpuInfo, ...]:
@@ -46,6 +48,7 @@ class DeviceReport:
             ("nvml", self._nvml_rows()),
             *((f"gpu {gpu.index}", _gpu_rows(gpu)) for gpu in self.gpus),
             ("cuda", self._cuda_rows()),
+            ("compiler", self._toolchain_rows()),
         ]
         return [
             (name if i == 0 else "", item, value)
@@ -101,6 +104,21 @@ class DeviceReport:
             rows.append(("problem", cuda.error))
         return rows
 
+    def _toolchain_rows(self) -> list[tuple[str, str]]:
+        toolchain = self.toolchain
+        rows = [
+            (what, f"{name} {found}" if found else "not installed")
+            for name, found in toolchain.packages.items()
+            for what in [PACKAGES[name]]
+        ]
+        rows += [(f"{tool} path", path or "not found") for tool, path in toolchain.tools.items()]
+        if toolchain.missing:
+            rows.append(("fix", f"{', '.join(toolchain.missing)} missing: {TOOLCHAIN_EXTRA}"))
+        note = toolchain.driver_note(self.nvml.cuda_driver_version if self.nvml.available else None)
+        if note:
+            rows.append(("problem", note))
+        return rows
+
 
 def device_report(*, nvml: ModuleType | None = None) -> DeviceReport:
     """Collect the report now. Starts nothing and changes no setting in this process.
@@ -115,6 +133,7 @@ def device_report(*, nvml: ModuleType | None = None) -> DeviceReport:
         cpu=cpu_info(),
         nvml=nvml_report(nvml),
         cuda=cuda_status(),
+        toolchain=toolchain_status(),
     )
 
 

@@ -31,11 +31,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.devices.toolchain import TOOLCHAIN_EXTRA, toolchain_status
 from workbench.kernels.targets import KernelTarget, all_targets
 
 ARCHS = ("sm_80", "sm_90")
-TOOLCHAIN_EXTRA = "pip install -c constraints.txt -e '.[toolchain]'"
-TOOLCHAIN_PACKAGES = ("nvidia-nvvm", "nvidia-cuda-nvrtc", "nvidia-cuda-nvcc", "nvidia-cuda-nvdisasm")
 STATIC_SHARED_BYTES = 48 * 1024  # what a kernel may declare statically (numba's shared arrays are static)
 
 
@@ -132,11 +131,7 @@ def problems(report: KernelReport, target: KernelTarget) -> list[str]:
 
 def find_tool(name: str) -> str | None:
     """The path of NVIDIA's `name` (ptxas, nvdisasm) from the pip toolchain or a CUDA install, or None."""
-    try:
-        from cuda.pathfinder import find_nvidia_binary_utility
-    except ImportError:
-        return None
-    return find_nvidia_binary_utility(name)
+    return toolchain_status().tools.get(name)
 
 
 def target_ptx(target: KernelTarget, arch: str = "sm_80") -> str:
@@ -269,15 +264,19 @@ def _main_loop_ffma_share(instructions: list[tuple[int, str, Any]]) -> float:
 # ---------------------------------------------------------------------------------------------- running
 
 
-def static_reports(archs: tuple[str, ...] = ARCHS, timeout_s: float = 900) -> list[dict[str, Any]]:
-    """Every target compiled for each of `archs`, as dicts with a ``problems`` list, from a fresh process
-    with numba on its GPU target (so this works from any process, the simulator's included).
+def static_reports(
+    archs: tuple[str, ...] = ARCHS, kernels: tuple[str, ...] = (), timeout_s: float = 900
+) -> list[dict[str, Any]]:
+    """Every target (or those named in `kernels`) compiled for each of `archs`, as dicts with a
+    ``problems`` list, from a fresh process with numba on its GPU target (so this works from any process,
+    the simulator's included).
 
     Raises:
         RuntimeError: the toolchain is missing or a compile failed (the message says which and the fix).
     """
     environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
     command = [sys.executable, "-m", "workbench.kernels.static", "--json", "--arch", *archs]
+    command += [word for name in kernels for word in ("--kernel", name)]
     done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"compiling the kernels failed:\n{done.stderr.strip()[-3000:]}")
@@ -290,11 +289,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print JSON (one object per kernel and arch)")
     parser.add_argument("--arch", nargs="+", default=list(ARCHS), choices=ARCHS)
+    parser.add_argument("--kernel", action="append", default=[], help="only this kernel (repeatable)")
     args = parser.parse_args(argv)
+    targets = [t for t in all_targets() if not args.kernel or t.name in args.kernel]
+    unknown = set(args.kernel) - {t.name for t in targets}
+    if unknown:
+        known = ", ".join(t.name for t in all_targets())
+        parser.error(f"--kernel {sorted(unknown)[0]!r} is not a kernel; known: {known}")
     if "numba.cuda" not in sys.modules:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
     rows = []
-    for target in all_targets():
+    for target in targets:
         ptx = target_ptx(target)  # once: numba's compile is the slow part (seconds for the register matmul)
         for arch in args.arch:
             report = compile_target(target, arch, ptx=ptx)

@@ -1,0 +1,57 @@
+"""`workbench bench kernels --static`: the work at the bench sizes, the roofline, and a compiled row."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from workbench.bench.kernels_static import GPUS, StaticRow, kernel_work, static_prediction
+from workbench.kernels.static import TOOLCHAIN_EXTRA, find_tool
+from workbench.kernels.targets import all_targets
+
+
+def test_every_kernel_has_its_work_at_both_sizes():
+    for target in all_targets():
+        for quick in (True, False):
+            size, flops, moved = kernel_work(target.name, quick)
+            assert size and flops > 0 and moved > 0, target.name
+
+
+def test_full_sizes_are_the_issues_anchors():
+    assert kernel_work("matmul register", quick=False) == ("4096³", 2 * 4096**3, 3 * 4096**2 * 4)
+    assert kernel_work("adam", quick=False) == ("100M", 15 * 10**8, 28 * 10**8)  # 7 floats per parameter
+
+
+def test_roofline_picks_the_slower_of_compute_and_memory():
+    h100 = GPUS["sm_90"]
+    report = {"name": "matmul register", "ffma_share": 0.55}
+    compute = StaticRow(report, h100, "4096³", *kernel_work("matmul register", False)[1:])
+    assert compute.compute_bound and compute.roofline_s == pytest.approx(2 * 4096**3 / 67e12)
+    assert compute.predicted_of_peak == 0.55
+    memory = StaticRow({"name": "adam", "ffma_share": 0.18}, h100, "100M", *kernel_work("adam", False)[1:])
+    assert not memory.compute_bound and memory.roofline_s == pytest.approx(28e8 / 3350e9)
+    assert memory.predicted_of_peak is None
+
+
+def test_a_compiled_prediction_labels_itself_predicted():
+    if find_tool("ptxas") is None or find_tool("nvdisasm") is None:
+        message = f"NVIDIA's toolchain is missing: {TOOLCHAIN_EXTRA}"
+        if os.environ.get("WORKBENCH_REQUIRE_TOOLCHAIN"):
+            pytest.fail(message)
+        pytest.skip(message)
+    table = static_prediction(kernels=("matmul tiled",)).table()
+    assert "roofline ms (predicted)" in table and "of FP32 peak (predicted)" in table
+    assert "matmul tiled  A100 SXM 80GB" in table and "matmul tiled  H100 SXM" in table
+
+
+def test_an_unknown_kernel_name_lists_the_known_ones(capsys):
+    from workbench.kernels.static import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--kernel", "matmul strassen"])
+    assert exit_.value.code == 2
+    assert (
+        "--kernel 'matmul strassen' is not a kernel; known: matmul naive, matmul tiled"
+        in capsys.readouterr().err
+    )
