@@ -1,28 +1,27 @@
-"""Run with NUMBA_ENABLE_CUDASIM=0: compiles kernels that must fail the static checks, prints their problems
-as JSON (name → list). Used by test_compiled.py to show the checks can fail."""
+"""Run as a script: compiles kernels that must fail the static checks and prints their problems as JSON
+(name → list). Used by test_compiled.py to show the checks can fail. Importing it does nothing (pytest's
+doctest collection imports every module): numba's GPU target is chosen in `main` only."""
 
 import json
 import os
 import sys
 from functools import partial
 
-os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
-
-from numba import cuda
-
-from workbench.kernels import gemm
-from workbench.kernels.static import compile_target, problems
-from workbench.kernels.targets import F32_1D, F32_2D, KernelTarget
-
-
-@cuda.jit
-def doubles(x):  # float64 arithmetic in what claims to be an fp32 kernel
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] = x[i] * 1.000000001
-
 
 def main() -> None:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"  # before numba is first imported: compile for a real GPU
+    from numba import cuda
+
+    from workbench.kernels import gemm
+    from workbench.kernels.static import compile_target, problems
+    from workbench.kernels.targets import F32_1D, F32_2D, KernelTarget
+
+    @cuda.jit
+    def doubles(x):  # float64 arithmetic in what claims to be an fp32 kernel
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] = x[i] * 1.000000001
+
     arch = sys.argv[1]
     matrices = f"({F32_2D}, {F32_2D}, {F32_2D})"
     naive = partial(gemm._naive_kernel, False, False)
