@@ -115,3 +115,23 @@ def test_out_of_range_targets_are_refused_before_launch(bad):
 def test_bad_arguments_are_named(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+@pytest.mark.parametrize("threads", [1, 8])
+def test_masked_logits_count_as_zero_probability(assert_close, device, threads):
+    """-inf logits (masked classes), first in the row or later, as torch treats them: exp(-inf) = 0."""
+    logits, targets = _problem(device, 3, 6)
+    logits[:, 0] = -torch.inf
+    logits[1, 4] = -torch.inf
+    targets = torch.tensor([2, 3, 5], device=device)
+    loss, lse = softmax_cross_entropy(logits, targets, threads=threads)
+    assert torch.isfinite(loss)
+    assert_close(loss, functional.cross_entropy(logits.double(), targets))
+    assert_close(lse, torch.logsumexp(logits.double(), dim=1))
+
+
+def test_a_nan_logit_makes_the_loss_nan(device):
+    logits, targets = _problem(device, 2, 5)
+    logits[1, 3] = torch.nan
+    loss, _ = softmax_cross_entropy(logits, targets, threads=1)
+    assert torch.isnan(loss)

@@ -3,11 +3,13 @@
     loss, lse = softmax_cross_entropy(logits, targets)           # lse: log Σ exp, per row (saved stats)
     dlogits = softmax_cross_entropy_backward(logits, targets, lse, grad_out=1.0)
 
-Forward: one block per row. The block finds the row's max (a tree in shared memory), then Σ exp(x - max)
-(another tree), so ``lse = max + log Σ exp(x - max)`` never overflows; thread 0 adds the row's loss
-``lse - x[target]``, divided by N, to the mean with one atomic add. Backward: one thread per element,
-``(exp(x - lse) - [j == target]) · grad_out / N`` — softmax recomputed from the saved lse, so forward keeps
-N floats instead of N×C probabilities.
+Forward: one block per row, one pass over it (online softmax): each thread keeps a running max m and
+Σ exp(x - m), rescaling the sum when m grows; a tree in shared memory combines the threads' pairs, so
+``lse = max + log Σ exp(x - max)`` never overflows and each logit is read once. Thread 0 adds the row's loss
+``lse - x[target]``, divided by N, to the mean with one atomic add. Backward: threads along a row's classes,
+the rest of the block over rows (no division to find an element's row), ``(exp(x - lse) - [j == target]) ·
+grad_out / N`` — softmax recomputed from the saved lse, so forward keeps N floats instead of N×C
+probabilities.
 
 Targets are int32/int64 class indices, checked on the host before the launch (one small read for device
 arrays).
@@ -100,8 +102,8 @@ def softmax_cross_entropy(logits: Any, targets: Any, *, threads: int | None = No
     n, c = x.shape
     threads = _row_threads(c, threads)
     loss, lse = zeros((1,), like=x), empty((n,), like=x)
-    # grid N (one block per row), block `threads`; shared `threads` floats; each thread: 2·ceil(C/threads)
-    # global reads and exps, 2·log2(threads) shared-memory steps; thread 0: 1 read of x[target], 1 write of
+    # grid N (one block per row), block `threads`; shared 2·`threads` floats; each thread: ceil(C/threads)
+    # global reads and exps, log2(threads) shared-memory steps; thread 0: 1 read of x[target], 1 write of
     # lse, 1 atomic add to the mean
     inv_n = np.float32(1 / n)
     launch(
@@ -167,12 +169,14 @@ def backward(
     n, c = x.shape
     dlogits = empty((n, c), like=x)
     blocks, threads = launch_1d(n * c, threads, blocks)
-    # grid `blocks`, block `threads`, grid-stride over N·C; each element: reads x, lse[row], target[row],
-    # grad_out; 1 exp; 1 write
+    across = min(threads, _row_threads(c, None))  # threads along a row; the rest of the block takes rows
+    rows_per_block = threads // across
+    # grid `blocks` (≤ one per rows_per_block rows), block (across, rows_per_block), grid-stride over the
+    # rows; each element: reads x, 1 exp, 1 write; each row: reads lse[row], target[row] once
     launch(
         _backward_kernel(),
-        blocks,
-        threads,
+        min(blocks, math.ceil(n / rows_per_block)),
+        (across, rows_per_block),
         x.stream(),
         x.device,
         t.device,
@@ -225,35 +229,41 @@ def _forward_kernel(threads: int) -> Any:
         row = cuda.blockIdx.x
         tid = cuda.threadIdx.x
         classes = logits.shape[1]
-        scratch = cuda.shared.array(threads, float32)
-        # 1. the row's max: a strided max per thread, then a tree over the block
-        value = float32(-math.inf)
+        maxima = cuda.shared.array(threads, float32)
+        sums = cuda.shared.array(threads, float32)
+        # one pass over the row (online softmax): a running max m and Σ exp(x - m), rescaled when m grows
+        m = float32(-math.inf)
+        s = float32(0)
         for j in range(tid, classes, threads):
-            value = max(value, logits[row, j])
-        scratch[tid] = value
+            x = logits[row, j]
+            if x > m:
+                s = s * math.exp(m - x) + float32(1)
+                m = x
+            elif (
+                m > float32(-math.inf) or x != x
+            ):  # masked (-inf) logits before any finite one add 0; NaN spreads
+                s += math.exp(x - m)
+        maxima[tid] = m
+        sums[tid] = s
         cuda.syncthreads()
+        # a tree over the block: (m1, s1) ⊕ (m2, s2) = (max, s1·e^(m1-max) + s2·e^(m2-max))
         step = threads // 2
         while step > 0:
             if tid < step:
-                scratch[tid] = max(scratch[tid], scratch[tid + step])
-            cuda.syncthreads()
-            step //= 2
-        row_max = scratch[0]
-        cuda.syncthreads()  # all have read scratch[0] before it is overwritten
-        # 2. Σ exp(x - max): the same, with sums
-        value = float32(0)
-        for j in range(tid, classes, threads):
-            value += math.exp(logits[row, j] - row_max)
-        scratch[tid] = value
-        cuda.syncthreads()
-        step = threads // 2
-        while step > 0:
-            if tid < step:
-                scratch[tid] += scratch[tid + step]
+                m1, m2 = maxima[tid], maxima[tid + step]
+                s1, s2 = sums[tid], sums[tid + step]
+                top = max(m1, m2)
+                total = float32(0)
+                if s1 > 0:  # an empty thread (m = -inf) adds nothing; -inf - -inf would be NaN
+                    total += s1 * math.exp(m1 - top)
+                if s2 > 0:
+                    total += s2 * math.exp(m2 - top)
+                maxima[tid] = top
+                sums[tid] = total
             cuda.syncthreads()
             step //= 2
         if tid == 0:
-            row_lse = row_max + math.log(scratch[0])
+            row_lse = maxima[0] + math.log(sums[0])
             lse[row] = row_lse
             cuda.atomic.add(loss, 0, (row_lse - logits[row, targets[row]]) * inv_n)
 
@@ -267,15 +277,18 @@ def _backward_kernel() -> Any:
 
     @cuda.jit
     def backward(logits, targets, lse, grad_out, inv_n, dlogits):
-        classes = logits.shape[1]
+        rows, classes = logits.shape
         scale = grad_out[0] * inv_n
-        for index in range(cuda.grid(1), logits.size, cuda.gridsize(1)):
-            row = index // classes
-            col = index - row * classes
-            p = math.exp(logits[row, col] - lse[row])
-            if col == targets[row]:
-                p -= float32(1)
-            dlogits[row, col] = p * scale
+        # thread x walks a row's classes, thread y picks the row: no division to find either
+        per_block = cuda.blockDim.y
+        for row in range(cuda.blockIdx.x * per_block + cuda.threadIdx.y, rows, cuda.gridDim.x * per_block):
+            target = targets[row]
+            row_lse = lse[row]
+            for col in range(cuda.threadIdx.x, classes, cuda.blockDim.x):
+                p = math.exp(logits[row, col] - row_lse)
+                if col == target:
+                    p -= float32(1)
+                dlogits[row, col] = p * scale
 
     return backward
 
