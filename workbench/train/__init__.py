@@ -1,5 +1,5 @@
 """Training on one device: config, the loop, events, control, checkpoints and run directories, and the
-`Strategy` protocol the loop talks to (`SingleDevice` here; the distributed ones in `workbench.parallel`).
+`Strategy` protocol the loop talks to (`SingleDevice` here; the distributed ones in the `parallel` package).
 
 >>> from workbench.presets import build_experiment
 >>> from workbench.train import Trainer

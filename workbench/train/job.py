@@ -1,7 +1,7 @@
 """`Job`: what a dashboard (or any driver) can do with a training job, whatever runs it.
 
-A `Trainer` (this process) and a `workbench.parallel.Launch` (worker processes) both meet it, so a view
-drives either through these members alone and never asks which one it has.
+A `Trainer` (this process) and a `Launch` (worker processes, in the `parallel` package) both meet it, so a
+view drives either through these members alone and never asks which one it has.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where training runs, as the `Trainer` sees it: the `Strategy` protocol, `StrategyBase` (one process's
 way of doing each part) and `SingleDevice`. The distributed strategies (DDP, FSDP, pipeline and tensor
-parallel) live in `workbench.parallel` and extend `StrategyBase`; this module knows nothing of
+parallel) live in the `parallel` package and extend `StrategyBase`; this module knows nothing of
 ``torch.distributed``.
 
 A strategy tells the loop the device, this process's rank and the world size, which shard of the data it
@@ -34,7 +34,7 @@ class Strategy(Protocol):
     """What the training loop needs from "where it runs".
 
     `StrategyBase` implements every method for one process; the distributed strategies
-    (`workbench.parallel`) override the parts they change. Only they know about ``torch.distributed``.
+    (the `parallel` package) override the parts they change. Only they know about ``torch.distributed``.
     """
 
     rank: int
