@@ -162,7 +162,8 @@ def compile_target(
     thread (ptxas ignores it for kernels with launch bounds); tests use it to make a kernel spill. Needs
     numba on its GPU target (``NUMBA_ENABLE_CUDASIM=0``) and the toolchain.
     """
-    ptxas, nvdisasm = find_tool("ptxas"), find_tool("nvdisasm")
+    tools = toolchain_status().tools
+    ptxas, nvdisasm = tools["ptxas"], tools["nvdisasm"]
     if ptxas is None or nvdisasm is None:
         raise RuntimeError(f"ptxas or nvdisasm not found; install NVIDIA's toolchain: {TOOLCHAIN_EXTRA}")
     if ptx is None:

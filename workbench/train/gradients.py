@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -76,7 +76,7 @@ def _by_kind(tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
 
 
 def clip_(
-    params: Sequence[torch.Tensor],
+    params: Iterable[torch.Tensor],
     *,
     clip_value: float,
     clip_norm: float,
