@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from workbench.parallel.registry import STRATEGIES, strategy_spec
+from workbench.parallel.registry import DISTRIBUTED, STRATEGIES, strategy_spec
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,7 +118,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--runs-dir", default="runs")
     train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
-    ddp = train.add_argument_group("several processes (--strategy ddp, fsdp, pipeline or tensor)")
+    ddp = train.add_argument_group(f"several processes (--strategy {', '.join(DISTRIBUTED)})")
     ddp.add_argument("--strategy", choices=tuple(STRATEGIES), default="single")
     ddp.add_argument(
         "--pipeline-schedule", choices=("1f1b", "gpipe"), default="1f1b", help="--strategy pipeline"

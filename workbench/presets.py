@@ -21,7 +21,7 @@ from torch.nn import functional
 from workbench import models
 from workbench.data import Dataset, Splits, load_dataset, split_dataset
 from workbench.train.config import OptimizerConfig, TrainConfig
-from workbench.train.loop import LossFn
+from workbench.train.strategy import LossFn
 
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 
