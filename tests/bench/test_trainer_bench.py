@@ -9,11 +9,14 @@ from workbench.cli import main
 def test_small_benchmark_measures_every_row():
     result = benchmark_trainer(repeats=1, epochs=1, n_samples=256, history=500)
     assert result.steps == 2  # 230 training samples, batch 128
-    assert min(result.hand_written_s, result.trainer_s, result.dashboard_s, result.background_s) > 0
+    timings = (result.hand_written_s, result.trainer_s, result.hand_loader_s, result.trainer_loader_s)
+    assert min(*timings, result.dashboard_s, result.background_s) > 0
+    assert result.loader_ratio == result.trainer_loader_s / result.hand_loader_s
     assert result.dashboard_us_per_step_mean > 0 and result.history_points == 500
     assert 0 <= result.sampler_core_fraction < 1
     table = result.table()
-    assert all(row in table for row in ("hand-written loop", "Trainer + Dashboard", "device sampler"))
+    rows = ("hand-written loop", "Trainer over a torch Dataset", "Trainer + Dashboard", "device sampler")
+    assert all(row in table for row in rows)
 
 
 @pytest.mark.parametrize(

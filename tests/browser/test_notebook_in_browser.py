@@ -202,6 +202,11 @@ def _check_model_parallel(page) -> None:
             dashboard.screenshot(path=str(ARTIFACTS / "04_model_parallel_dashboard.png"))
 
 
+def _check_your_own_model(page) -> None:
+    in_page = _assert_dashboard_shows_what_the_kernel_holds(page, "08_your_own_model")
+    assert "shapes-cnn val f1" in in_page  # a custom metric reached the plot in the browser
+
+
 def _check_hardware(page) -> None:
     tables = page.locator(".jp-OutputArea-output table").all_inner_texts()
     assert any("CPU matmul fp32" in t for t in tables), "the inspector shows no measurements"
@@ -213,15 +218,18 @@ EXTRA_CHECKS = {
     "03_data_parallel.ipynb": _check_data_parallel,
     "04_model_parallel.ipynb": _check_model_parallel,
     "06_hardware_and_estimates.ipynb": _check_hardware,
+    "08_your_own_model.ipynb": _check_your_own_model,
 }
 # plots each notebook shows at least (02: four loss plots; 04: three dashboards of loss, devices and memory,
 # the pipeline's timeline, estimate, single-process memory, bubble, activations, a timeline, all runs, memory
-# summary; 06: inspector, memory, roofline, estimator)
+# summary; 06: inspector, memory, roofline, estimator; 08: the files, the dashboard's loss and devices, the
+# hand-written loop's loss plot and device monitor)
 MIN_PLOTS = {
     "02_optimizers.ipynb": 4,
     "03_data_parallel.ipynb": 3,
     "04_model_parallel.ipynb": 17,
     "06_hardware_and_estimates.ipynb": 4,
+    "08_your_own_model.ipynb": 5,
 }
 
 

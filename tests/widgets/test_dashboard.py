@@ -353,3 +353,39 @@ def test_every_figure_in_a_trained_dashboard_holds_data(regression_trainer):
     dashboard.fit()
     figures = _figures(dashboard.widget)
     assert figures and all(_holds_data(figure) for figure in figures)
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """100 regression samples, no __len__: the epoch length is unknown until it ends."""
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(100):
+            x = torch.randn(10, generator=generator)
+            yield x, x.sum(dim=0, keepdim=True)
+
+
+def test_an_epoch_of_unknown_length_shows_the_steps_done_without_a_total():
+    config = TrainConfig(epochs=2, batch_size=10, optimizer=OptimizerConfig("sgd", lr=0.01), log_every=3)
+    trainer = Trainer(models.linear(10), functional.mse_loss, _Stream(), config)
+    dashboard = Dashboard(trainer, monitor=False)
+    result = dashboard.fit()
+    assert result.step == 20 and trainer.total_steps is None
+    assert dashboard.progress.value == dashboard.progress.max == 20
+    assert "step 20/?" in dashboard.status.value
+    assert "epoch length unknown" in dashboard._status_text("running")  # what a running push shows
+    assert dashboard.loss_plot.point_counts()["run 1 train"] == 8  # steps 3, 6, 9, 10 (epoch end), 13...
+
+
+def test_evaluation_metrics_of_your_own_show_in_the_status_line(splits):
+    def top_class_share(outputs, batch):
+        return (outputs.argmax(-1) == 0).float().mean()
+
+    config = TrainConfig(epochs=1, batch_size=64, optimizer=OptimizerConfig("adam", lr=3e-3))
+    trainer = Trainer(
+        models.mlp(64, 10), functional.cross_entropy, splits, config, metrics={"zeros": top_class_share}
+    )
+    dashboard = Dashboard(trainer, monitor=False)
+    dashboard.fit()
+    assert "val: loss" in dashboard.status.value and "accuracy" in dashboard.status.value
+    assert "zeros" in dashboard.status.value

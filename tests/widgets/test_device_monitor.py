@@ -173,3 +173,21 @@ def test_displays_as_its_vbox():
 def test_constructor_arguments_are_checked(kwargs, field):
     with pytest.raises(ValueError, match=field):
         DeviceMonitor(**kwargs)
+
+
+def test_start_samples_on_its_own_and_stop_ends_it_and_a_second_start_replaces_the_first():
+    import time
+
+    monitor = DeviceMonitor()
+    assert monitor.start(interval=0.05) is monitor and monitor.running
+    first = monitor._own_sampler
+    monitor.start(interval=0.05)
+    assert not first.running and monitor.running  # one sampler at a time
+    time.sleep(0.3)
+    monitor.stop()
+    assert not monitor.running
+    count = monitor.point_counts()["CPU"]
+    time.sleep(0.2)
+    monitor.flush()
+    assert count >= 2 and monitor.point_counts()["CPU"] == count  # nothing after stop
+    monitor.stop()  # twice is fine

@@ -98,13 +98,32 @@ def test_steps_before_any_run_start_an_unnamed_run():
     assert plot.point_counts() == {"run 1 train": 1}
 
 
-def test_evaluations_of_other_splits_or_without_loss_are_ignored():
+def test_evaluations_of_the_train_split_are_ignored_and_metrics_go_on_the_right_axis():
     plot = LossPlot()
     plot.new_run("x")
     plot.on_eval({"step": 1, "split": "train", "loss": 1.0})
-    plot.on_eval({"step": 1, "split": "val", "accuracy": 0.9})
+    plot.on_eval({"step": 1, "split": "val", "accuracy": 0.9, "f1": 0.8, "rank": 0, "time": 5.0})
     plot.flush()
-    assert plot.point_counts() == {}
+    assert plot.point_counts() == {"x val accuracy": 1, "x val f1": 1}
+    assert {trace.yaxis for trace in plot.figure.data} == {"y2"}
+    assert plot.figure.layout.yaxis2.visible
+
+
+def test_log_plots_a_hand_written_loop_with_tensors_and_named_splits():
+    plot = LossPlot()
+    for step in range(1, 11):
+        plot.log(step, loss=torch.tensor(1.0 / step))
+    plot.log(10, val_loss=0.5, test_loss=0.6, test_accuracy=0.7, f1=torch.tensor(0.4))
+    plot.flush()
+    assert plot.point_counts() == {
+        "run 1 train": 10,
+        "run 1 val": 1,
+        "run 1 test": 1,
+        "run 1 val f1": 1,
+        "run 1 test accuracy": 1,
+    }
+    with pytest.raises(ValueError, match="step must be"):
+        plot.log(-1, loss=1.0)
 
 
 def test_non_finite_losses_are_skipped():

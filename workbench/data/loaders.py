@@ -132,6 +132,15 @@ class ShardedLoader:
             len(self.dataset), rank=self.rank, world_size=self.world_size, remainder=self.remainder
         )
 
+    @property
+    def length(self) -> int:
+        """Batches per epoch (always known for an in-memory dataset)."""
+        return len(self)
+
+    def sample_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of the dataset's first sample (for a rank that must join a forward with no data)."""
+        return self.dataset.features[:1], self.dataset.targets[:1]
+
     def __len__(self) -> int:
         return math.ceil(self.num_samples / self.batch_size)
 

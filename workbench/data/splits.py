@@ -1,12 +1,15 @@
-"""Deterministic train/val/test splits by seed."""
+"""Train/val/test splits: deterministic by seed for workbench datasets, and `as_splits`, which takes the
+shapes users bring (one dataset, a ``random_split`` tuple, a dict, an object with ``.train``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
 from workbench.data.datasets import Dataset
 
@@ -15,15 +18,108 @@ SPLIT_NAMES = ("train", "val", "test")
 
 @dataclass(frozen=True)
 class Splits:
-    """The three disjoint parts of a dataset."""
+    """The three disjoint parts of a dataset; val and test may be left out (None).
 
-    train: Dataset
-    val: Dataset
-    test: Dataset
+    Each part is a workbench `Dataset` (the in-memory fast path), any map-style or iterable
+    ``torch.utils.data.Dataset``, or a ``DataLoader``.
 
-    def sizes(self) -> dict[str, int]:
-        """Number of samples in each split, e.g. ``{'train': 1437, 'val': 180, 'test': 180}``."""
-        return {name: len(getattr(self, name)) for name in SPLIT_NAMES}
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset, random_split
+        >>> data = TensorDataset(torch.randn(100, 3), torch.randn(100, 1))
+        >>> train, val = random_split(data, [80, 20], generator=torch.Generator().manual_seed(0))
+        >>> Splits(train, val=val).sizes()
+        {'train': 80, 'val': 20, 'test': 0}
+    """
+
+    train: Any
+    val: Any = None
+    test: Any = None
+
+    def sizes(self) -> dict[str, int | None]:
+        """Samples in each split (None where unknown: an iterable dataset without ``__len__``), e.g.
+        ``{'train': 1437, 'val': 180, 'test': 180}``."""
+        return {name: split_size(getattr(self, name)) for name in SPLIT_NAMES}
+
+
+def split_size(split: Any) -> int | None:
+    """Samples in one split (0 for None; a DataLoader's dataset's; None when it has no length)."""
+    if split is None:
+        return 0
+    if isinstance(split, DataLoader):
+        split = split.dataset
+    try:
+        return len(split)
+    except TypeError:
+        return None
+
+
+ACCEPTED = (
+    "a workbench Dataset or Splits, a torch.utils.data Dataset (map-style or IterableDataset), a "
+    "DataLoader, a tuple/list (train, val, test) of those (val and test optional, None allowed), a dict "
+    "with 'train' (and optionally 'val', 'test'), or an object with .train/.val/.test attributes"
+)
+
+
+def as_splits(data: Any, argument: str = "splits") -> Splits:
+    """`data` as `Splits`, whatever shape of "my data" it came in; TypeError naming `argument` otherwise.
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import TensorDataset
+        >>> data = TensorDataset(torch.randn(10, 3), torch.arange(10))
+        >>> as_splits(data).sizes(), as_splits((data, data)).sizes()["val"]
+        ({'train': 10, 'val': 0, 'test': 0}, 10)
+        >>> as_splits((torch.randn(10, 3), torch.arange(10)))
+        Traceback (most recent call last):
+        ...
+        TypeError: splits must be ...; got a tuple of (Tensor, Tensor). ...TensorDataset(x, y)
+    """
+    if isinstance(data, Splits):
+        parts = (data.train, data.val, data.test)
+    elif isinstance(data, Mapping):
+        unknown = set(data) - set(SPLIT_NAMES)
+        if "train" not in data or unknown:
+            raise TypeError(
+                f"{argument} as a dict needs the key 'train' (and optionally 'val', 'test'); got keys "
+                f"{sorted(map(str, data))}"
+            )
+        parts = tuple(data.get(name) for name in SPLIT_NAMES)
+    elif isinstance(data, tuple | list) and not _is_dataset(data):
+        if not 1 <= len(data) <= 3 or not all(part is None or _is_dataset(part) for part in data):
+            kinds = ", ".join(type(part).__name__ for part in data[:4])
+            hint = ""
+            if any(type(part).__name__ == "Tensor" for part in data):
+                hint = ". Tensors of features and targets: wrap them as torch.utils.data.TensorDataset(x, y)"
+            raise TypeError(f"{argument} must be {ACCEPTED}; got a {type(data).__name__} of ({kinds}){hint}")
+        parts = (*data, None, None)[:3]
+    elif _is_dataset(data):
+        parts = (data, None, None)
+    elif hasattr(data, "train"):
+        parts = tuple(getattr(data, name, None) for name in SPLIT_NAMES)
+    else:
+        raise TypeError(f"{argument} must be {ACCEPTED}; got {type(data).__name__}")
+    for name, part in zip(SPLIT_NAMES, parts, strict=True):
+        if part is not None and not _is_dataset(part):
+            raise TypeError(
+                f"{argument}.{name} must be a dataset or DataLoader ({ACCEPTED}); got {_kind(part)}"
+            )
+    if parts[0] is None:
+        raise TypeError(f"{argument}.train is None; give a training split ({ACCEPTED})")
+    return Splits(*parts)
+
+
+def _is_dataset(value: Any) -> bool:
+    """A workbench Dataset, a torch Dataset or DataLoader, or a duck-typed map-style dataset."""
+    if isinstance(value, Dataset | torch.utils.data.Dataset | DataLoader):
+        return True
+    if isinstance(value, torch.Tensor | str | bytes | Mapping | tuple | list):
+        return False
+    return hasattr(value, "__getitem__") and hasattr(value, "__len__")
+
+
+def _kind(value: Any) -> str:
+    return f"{type(value).__name__} {tuple(value.shape)}" if hasattr(value, "shape") else type(value).__name__
 
 
 def split_indices(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import multiprocessing
 import os
 import signal
 import threading
@@ -78,6 +79,10 @@ def run_worker(
 ) -> None:
     """Entry point of a forked worker (a `multiprocessing.Process` target)."""
     _die_with_parent()
+    # A daemonic process may not start children, but a DataLoader with num_workers > 0 starts some. This
+    # worker already dies with its parent (above), which is what daemon=True was for; its loader workers
+    # watch it and exit when it does.
+    multiprocessing.current_process()._config["daemon"] = False
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when workers stop
     for connection in inherited:  # other workers' pipe ends: close them so the launcher sees EOFs
         connection.close()

@@ -31,7 +31,7 @@ from workbench._validate import check_choice, check_int
 from workbench.parallel.distributed import DistributedStrategy
 from workbench.train.config import TrainConfig
 from workbench.train.precision import Precision
-from workbench.train.strategy import Batch, LossFn
+from workbench.train.strategy import Batch, LossFn, Objective
 
 SCHEDULES = ("gpipe", "1f1b")
 _SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
@@ -201,15 +201,27 @@ class PipelineParallel(DistributedStrategy):
             self._timeline.attach(stage)
         return stage
 
+    def check_objective(self, objective: Objective) -> None:
+        """A pipeline splits (inputs, target) batches into micro-batches and computes `loss_fn` on the
+        last stage: it needs a loss_fn (no step_fn, no model that computes its own loss)."""
+        if objective.loss_fn is None:
+            raise ValueError(
+                f"PipelineParallel needs loss_fn(outputs, target): the loss is computed on the last stage "
+                f"from (inputs, target) batches, so {objective.source} cannot compute it. Give a loss_fn, or "
+                "train this model with DataParallel, FullyShardedDataParallel or TensorParallel"
+            )
+
     def forward_backward(
-        self, model: nn.Module, group: list[Batch], loss_fn: LossFn, precision: Precision, scaler: Any
+        self, model: nn.Module, group: list[Batch], objective: Objective, precision: Precision, scaler: Any
     ) -> torch.Tensor | None:
         """One schedule step per micro-batch group element; returns the loss on the last stage."""
-        samples = sum(len(x) for x, _ in group)
+        pairs = [objective.pair(batch) for batch in group]
+        samples = sum(len(x) for x, _ in pairs)
+        loss_fn = objective.loss_fn
         losses: list[torch.Tensor] = []
         self._timeline.start_step()
         first_use = False  # a schedule's first step also runs torch's shape inference: not timed
-        for x, y in group:
+        for x, y in pairs:
             first_use |= (len(x), True) not in self._schedules
             schedule, count = self._schedule(model, len(x), training=True)
             self._loss.use(loss_fn, 1 / samples)

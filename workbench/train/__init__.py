@@ -8,6 +8,7 @@
 'finished'
 """
 
+from workbench.data import LoaderConfig
 from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import OPTIMIZERS, PRECISIONS, SCHEDULES, OptimizerConfig, TrainConfig
 from workbench.train.control import Changes, TrainControl
@@ -16,7 +17,9 @@ from workbench.train.follow import Follower, follow_metrics
 from workbench.train.job import Job
 from workbench.train.loop import FitResult, Trainer
 from workbench.train.loss_check import NonFiniteLossError
+from workbench.train.metrics import F1, Accuracy, Metric
 from workbench.train.metrics_log import MetricsLog, read_metrics
+from workbench.train.objective import Objective
 from workbench.train.optim import build_optimizer, lr_factor
 from workbench.train.precision import Precision, resolve_precision
 from workbench.train.run_dir import RunDir
@@ -24,9 +27,11 @@ from workbench.train.strategy import SingleDevice, Strategy, StrategyBase
 from workbench.train.supervision import Supervision, supervised
 
 __all__ = [
+    "F1",
     "OPTIMIZERS",
     "PRECISIONS",
     "SCHEDULES",
+    "Accuracy",
     "Callback",
     "CallbackList",
     "Changes",
@@ -34,8 +39,11 @@ __all__ = [
     "FitResult",
     "Follower",
     "Job",
+    "LoaderConfig",
+    "Metric",
     "MetricsLog",
     "NonFiniteLossError",
+    "Objective",
     "OptimizerConfig",
     "Precision",
     "RunDir",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench._validate import check_choice, check_int
+from workbench.data import LoaderConfig
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "linear")
@@ -91,6 +92,8 @@ class TrainConfig:
         checkpoint_every: save a checkpoint every this many epochs (when the trainer has a run
             directory), ≥ 1.
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"`` or ``"cuda"``.
+        loader: a `LoaderConfig` (workers, pinning, collate_fn...) for torch datasets; the in-memory
+            workbench datasets ignore it.
 
     Example:
         >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
@@ -112,6 +115,7 @@ class TrainConfig:
     log_every: int = 10
     checkpoint_every: int = 1
     device: str = "auto"
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -126,10 +130,17 @@ class TrainConfig:
         check_int("log_every", self.log_every, minimum=1)
         check_int("checkpoint_every", self.checkpoint_every, minimum=1)
         check_choice("device", self.device, DEVICES)
+        if not isinstance(self.loader, LoaderConfig):
+            raise ValueError(
+                f"loader must be a LoaderConfig (from workbench.data), got {type(self.loader).__name__}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (for JSON logs and checkpoints)."""
-        return dataclasses.asdict(self)
+        """Plain nested dict (for JSON logs and checkpoints); a collate_fn appears by its name."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["optimizer"] = dataclasses.asdict(self.optimizer)
+        data["loader"] = self.loader.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -138,7 +149,9 @@ class TrainConfig:
         optimizer = dict(data.pop("optimizer", {}))
         if "betas" in optimizer:
             optimizer["betas"] = tuple(optimizer["betas"])
-        return cls(optimizer=OptimizerConfig(**optimizer), **data)
+        loader = dict(data.pop("loader", {}))
+        loader["collate_fn"] = None  # a function is logged by name only; give it again in code
+        return cls(optimizer=OptimizerConfig(**optimizer), loader=LoaderConfig(**loader), **data)
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with `changes`; ``optimizer`` changes may be a dict of OptimizerConfig fields."""

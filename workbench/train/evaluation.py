@@ -1,55 +1,72 @@
-"""Evaluating a model on one rank's shard of a split: mean loss (and accuracy), reduced over the ranks."""
+"""Evaluating a model on one rank's shard of a split: mean loss and the metrics, exact over the ranks.
+
+Every rank sums its shard (loss × samples, samples, each metric's sums); the sums are combined over the
+ranks and only then divided, so a rank with fewer samples weighs less (no average of averages).
+"""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from workbench.data import Dataset, ShardedLoader
+from workbench.train.objective import Objective
 from workbench.train.precision import Precision
-from workbench.train.strategy import Batch, LossFn, Strategy
+from workbench.train.strategy import Strategy
 
 
 def evaluate_shard(
     model: torch.nn.Module,
-    batches: Sequence[Batch] | ShardedLoader,
-    split: Dataset,
+    loader: Any,
     strategy: Strategy,
-    loss_fn: LossFn,
+    objective: Objective,
     precision: Precision,
-    classification: bool,
 ) -> dict[str, float]:
-    """Mean loss (and accuracy for classification) over every rank's `batches` of `split`.
+    """Mean loss and metrics over every rank's `loader` (its shard of one split).
 
-    Every rank calls it with its own shard of `split` (`batches`). Where every rank must join every
-    forward (FSDP), a rank out of batches repeats one sample of `split`, uncounted. Returns ``{}`` when no
-    rank counted a sample.
+    Where every rank must join every forward (FSDP), a rank out of batches repeats a one-sample batch
+    (`loader.sample_batch()`), uncounted. A shard of unknown length (an iterable dataset) is read into a
+    list first when there are several ranks, so the ranks can agree on the number of forwards. Returns
+    ``{}`` when no rank counted a sample.
     """
     model.eval()
-    # loss sum, correct predictions, samples, predictions: summed over this rank's shard, then over
-    # the ranks whose results count (one per shard of the data)
-    totals = torch.zeros(4, dtype=torch.float64, device=strategy.device)
-    passes = strategy.eval_forward_passes(len(batches))
-    extra = itertools.repeat((split.features[:1], split.targets[:1], False), passes - len(batches))
+    batches, local = loader, loader.length
+    if local is None and strategy.world_size > 1:
+        batches = list(loader)
+        local = len(batches)
+    extra = 0 if local is None else strategy.eval_forward_passes(local) - local
+    fillers = itertools.repeat((loader.sample_batch(), False), extra) if extra > 0 else ()
+    loss_sum = torch.zeros((), dtype=torch.float64, device=strategy.device)
+    samples = 0
+    metric_sums: dict[str, torch.Tensor] | None = None
+    counts = strategy.reports_loss
     with torch.no_grad():
-        for x, y, counted in itertools.chain(((x, y, True) for x, y in batches), extra):
-            x, y = x.to(strategy.device, non_blocking=True), y.to(strategy.device, non_blocking=True)
+        for batch, counted in itertools.chain(((batch, True) for batch in batches), fillers):
+            batch = strategy.to_device(batch)
             with precision.autocast():
-                output = strategy.predict(model, x)
-                if output is None or not counted or not strategy.reports_loss:
-                    continue
-                loss = loss_fn(output, y)
-            totals[0] += loss.double() * len(x)
-            if classification:  # per sample, or per token (outputs (B, T, classes), targets (B, T))
-                totals[1] += (output.argmax(dim=-1) == y).sum()
-                totals[3] += y.numel()
-            totals[2] += len(x)
-    loss_sum, correct, count, predictions = strategy.all_reduce(totals).tolist()
-    if count == 0:
+                loss, outputs = objective.evaluate(model, batch, strategy.predict)
+            if loss is None or not counted or not counts:
+                continue
+            size = objective.samples(batch)
+            loss_sum += loss.detach().double() * size
+            samples += size
+            if metric_sums is None:
+                metrics = objective.evaluation_metrics()
+                metric_sums = {name: loss_sum.new_zeros(()) for name in metrics}
+            for name, metric in metrics.items():
+                sums = metric.sums(outputs, batch).detach().to(loss_sum.device, torch.float64)
+                metric_sums[name] = metric_sums[name] + sums
+    on_host = {name: sums.cpu() for name, sums in (metric_sums or {}).items()}
+    mine = {"loss": float(loss_sum), "samples": samples, "metrics": on_host}
+    parts = strategy.gather_object(mine)  # one collective; every rank gets every rank's sums
+    total = sum(part["samples"] for part in parts)
+    if total == 0:
         return {}
-    metrics = {"loss": loss_sum / count}
-    if classification:
-        metrics["accuracy"] = correct / predictions
-    return metrics
+    result = {"loss": sum(part["loss"] for part in parts) / total}
+    metrics = objective.evaluation_metrics()
+    for name, metric in metrics.items():
+        sums = [part["metrics"][name] for part in parts if name in part["metrics"]]
+        if sums:
+            result[name] = metric.compute(torch.stack(sums).sum(dim=0))
+    return result

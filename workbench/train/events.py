@@ -77,3 +77,15 @@ class CallbackList(Callback):
     def on_fit_end(self, summary: Event) -> None:
         for callback in self.callbacks:
             callback.on_fit_end(summary)
+
+
+def evaluation_metrics(event: Event) -> dict[str, float]:
+    """The metric values of an evaluation event (loss first), without its step, epoch, rank, time.
+
+    Example:
+        >>> evaluation_metrics({"step": 3, "epoch": 0, "split": "val", "f1": 0.5, "loss": 0.2, "rank": 0})
+        {'loss': 0.2, 'f1': 0.5}
+    """
+    skip = {"step", "epoch", "rank", "time", "split", "event"}
+    values = {k: v for k, v in event.items() if k not in skip and isinstance(v, int | float)}
+    return {k: values[k] for k in sorted(values, key=lambda k: (k != "loss", k != "accuracy"))}

@@ -29,7 +29,7 @@ class Job(Protocol):
     config: TrainConfig  # the settings the job trains with (a driver shows its lr and clipping)
     control: TrainControl  # pause, stop, lr and clipping requests, acted on at step boundaries
     step: int  # optimizer steps done (rank 0's, for several processes)
-    total_steps: int  # steps when finished (0 until a distributed job has reported it)
+    total_steps: int | None  # steps when finished (0 until a distributed job has reported it; None: unknown)
 
     def add_callback(self, callback: Callback) -> None:
         """Subscribe `callback` to the job's events."""

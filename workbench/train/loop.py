@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from workbench.data import Splits
+from workbench.data import Dataset, as_splits, split_size
 from workbench.train import gradients
-from workbench.train.batches import split_loaders, step_groups
+from workbench.train.batches import lockstep, needs_lockstep, split_loaders, step_groups, with_last
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes, TrainControl
 from workbench.train.evaluation import evaluate_shard
@@ -38,6 +38,7 @@ from workbench.train.log_window import LogWindow
 from workbench.train.loss_check import NonFiniteLossError, loss_sum_over_ranks, non_finite_message
 from workbench.train.memory import StepMemoryProbe
 from workbench.train.metrics_log import MetricsLog
+from workbench.train.objective import Objective, StepFn
 from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor, optimizer_step
 from workbench.train.precision import resolve_precision
 from workbench.train.run_dir import (
@@ -47,10 +48,10 @@ from workbench.train.run_dir import (
     restore_training_state,
     resume_path,
 )
-from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
+from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy, StrategyBase
 from workbench.train.supervision import current_supervision
 
-__all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "Trainer"]
+__all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "StepFn", "Trainer"]
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,21 @@ class FitResult:
 
 
 class Trainer:
-    """Trains `model` on ``splits.train`` with `loss_fn`, evaluating on val and test after each epoch.
+    """Trains `model` on the training split, evaluating on val and test after each epoch.
 
     Args:
         model: a torch module; moved to the config's device.
-        loss_fn: ``loss_fn(output, target) -> scalar tensor`` with mean reduction (e.g. F.cross_entropy).
-        splits: train/val/test datasets from `workbench.data.split_dataset`; val or test may be empty.
-        config: a `TrainConfig`.
+        loss_fn: ``loss_fn(output, target) -> scalar tensor`` with mean reduction (e.g. F.cross_entropy)
+            for ``(inputs, target)`` batches; None when `step_fn` or the model itself computes the loss
+            (see `workbench.train.objective`).
+        splits: the data: workbench `Splits`/`Dataset` (the in-memory fast path), any torch map-style or
+            iterable ``Dataset``, a ``DataLoader``, a tuple ``(train, val, test)`` of those (val, test
+            optional), ``Splits(train, val=..., test=...)`` or a dict; see `workbench.data.as_splits`.
+        config: a `TrainConfig` (``config.loader`` sets DataLoader workers, pinning, collate_fn).
+        step_fn: ``step_fn(model, batch) -> loss`` or ``-> (loss, outputs)`` for batches of any structure
+            (dicts, nested); only with ``loss_fn=None``. Evaluation uses it too.
+        metrics: name → ``fn(outputs, batch) -> float`` (or a `workbench.train.metrics.Metric` such as
+            ``F1``), evaluated on val/test, exact over ranks; accuracy is added for classification.
         callbacks: receivers of the loop's events (dashboards, loggers, progress bars).
         control: a `TrainControl` through which another thread pauses, stops or changes lr/clipping
             (under a launcher, its control unless given here: see `workbench.train.supervision`).
@@ -104,15 +113,25 @@ class Trainer:
         >>> result = Trainer(models.linear(10), torch.nn.functional.mse_loss, splits, config).fit()
         >>> result.status, result.step
         ('finished', 14)
+
+        Your own torch data (a map-style dataset here) takes the same call:
+
+        >>> from torch.utils.data import TensorDataset
+        >>> x = torch.randn(256, 10)
+        >>> data = TensorDataset(x, x.sum(dim=1, keepdim=True))
+        >>> Trainer(models.linear(10), torch.nn.functional.mse_loss, data, config).fit().step
+        8
     """
 
     def __init__(
         self,
         model: torch.nn.Module,
-        loss_fn: LossFn,
-        splits: Splits,
+        loss_fn: LossFn | None,
+        splits: Any,
         config: TrainConfig | None = None,
         *,
+        step_fn: StepFn | None = None,
+        metrics: dict[str, Any] | None = None,
         callbacks: Iterable[Callback] = (),
         control: TrainControl | None = None,
         run: str | None = None,
@@ -120,10 +139,18 @@ class Trainer:
         optimizer_factory: OptimizerFactory | None = None,
         strategy: Strategy | None = None,
     ) -> None:
+        _check_arguments(model, config, strategy, callbacks, optimizer_factory)
         self.config = config if config is not None else TrainConfig()
         self.strategy = strategy if strategy is not None else SingleDevice(self.config.device)
-        if len(splits.train) == 0:
-            raise ValueError("splits.train is empty; give the training split at least one sample")
+        splits = as_splits(splits)
+        train = splits.train
+        if (len(train) if isinstance(train, Dataset) else split_size(train)) == 0:
+            raise ValueError("splits.train is empty (the training split); give it at least one sample")
+        task = train.task if isinstance(train, Dataset) else None
+        self.objective = Objective(
+            loss_fn, step_fn, metrics, classification=None if task is None else task == "classification"
+        )
+        self.strategy.check_objective(self.objective)
         self.run = run
         self.run_dir = RunDir.named(run, runs_dir) if run is not None else None
         self.strategy.bind()
@@ -139,7 +166,6 @@ class Trainer:
         self.model = self.strategy.wrap(model)  # on the device (a pipeline moves only its stage)
         self.loss_fn = loss_fn
         self.splits = splits
-        self.classification = splits.train.task == "classification"
         supervision = current_supervision()  # a launcher's event stream and control, inside its workers
         if control is None:
             control = supervision.control if supervision.control is not None else TrainControl()
@@ -152,8 +178,22 @@ class Trainer:
         self.optimizer = factory(self.model.parameters(), self.config.optimizer)
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(splits, self.config, self.strategy)
-        self.steps_per_epoch = math.ceil(len(self._loaders["train"]) / self.config.accumulate)
-        self.total_steps = self.steps_per_epoch * self.config.epochs
+        if "train" not in self._loaders:
+            raise ValueError(
+                "the training split gives no batches (every batch dropped: drop_last with "
+                "fewer samples per rank than batch_size); lower batch_size or set drop_last=False"
+            )
+        batches = self._loaders["train"].length
+        # None: an iterable dataset without __len__ (progress shows the steps done, no total)
+        self.steps_per_epoch = None if batches is None else math.ceil(batches / self.config.accumulate)
+        self.total_steps = None if batches is None else self.steps_per_epoch * self.config.epochs
+        schedule = self.config.optimizer.schedule
+        if self.total_steps is None and schedule != "constant":
+            raise ValueError(
+                f"schedule={schedule!r} needs the number of steps, but the training split's length is "
+                "unknown (an IterableDataset without __len__); give the dataset a __len__ or use "
+                "schedule='constant' (warm-up still works)"
+            )
         # Where the loop stands; a checkpoint holds exactly these plus the model/optimizer/RNG state.
         self.step = 0
         self.epoch = 0
@@ -220,16 +260,14 @@ class Trainer:
         )
 
     def evaluate(self, split: str = "val") -> dict[str, float]:
-        """Mean loss (and accuracy for classification) of the model on `split` ("train", "val", "test")."""
+        """Mean loss and metrics (accuracy for classification, and the `metrics` given) of the model on
+        `split` ("train", "val", "test")."""
         if split not in ("train", "val", "test"):
             raise ValueError(f"split={split!r} is not supported; allowed values: 'train', 'val', 'test'")
         if split not in self._loaders:
             return {}  # an empty split
         model = self.strategy.unwrap(self.model)  # ranks see different numbers of batches: no DDP here
-        loader, data = self._loaders[split], getattr(self.splits, split)
-        return evaluate_shard(
-            model, loader, data, self.strategy, self.loss_fn, self.precision, self.classification
-        )
+        return evaluate_shard(model, self._loaders[split], self.strategy, self.objective, self.precision)
 
     # ------------------------------------------------------------------ loop
 
@@ -238,16 +276,17 @@ class Trainer:
         loader = self._loaders["train"]
         loader.set_epoch(self.epoch)
         interval = LogWindow()
-        for group in step_groups(loader, self.config.accumulate, skip=self._position):
+        groups = step_groups(loader, self.config.accumulate, skip=self._position)
+        if needs_lockstep(loader, self.strategy):
+            groups = lockstep(groups, self.strategy)
+        for group, last in with_last(groups):
             paused_at = time.perf_counter()
             stop = self._step_boundary()
             interval.exclude(time.perf_counter() - paused_at)
             if stop:
                 self._check_finite(interval)  # never checkpoint a model that saw a non-finite loss
                 return False
-            logged = (self.step + 1) % self.config.log_every == 0 or self._position + len(group) >= len(
-                loader
-            )
+            logged = (self.step + 1) % self.config.log_every == 0 or last
             loss, samples, grad_norm, checked_sum = self._run_step(group, interval if logged else None)
             self.step += 1
             self._position += len(group)
@@ -278,11 +317,11 @@ class Trainer:
         """
         measure = check is not None
         self.model.train()
-        samples = sum(len(x) for x, _ in group)
+        samples = sum(self.objective.samples(batch) for batch in group)
         probe = StepMemoryProbe(self.model, self.device) if self.step + 1 == self._memory_step else None
         with probe if probe is not None else contextlib.nullcontext():
             step_loss = self.strategy.forward_backward(
-                self.model, group, self.loss_fn, self.precision, self.scaler
+                self.model, group, self.objective, self.precision, self.scaler
             )
         if step_loss is None:  # a rank that computes no loss (a pipeline stage before the last)
             step_loss = torch.zeros((), device=self.device)
@@ -297,7 +336,7 @@ class Trainer:
             measure=measure,
         )
         schedule = self.config.optimizer
-        factor = lr_factor(schedule.schedule, self.step, self.total_steps, schedule.warmup_steps)
+        factor = lr_factor(schedule.schedule, self.step, self.total_steps or 0, schedule.warmup_steps)
         optimizer_step(self.optimizer, self.scaler, self.lr * factor)
         if probe is not None:
             self._memory = probe.report(self.optimizer)
@@ -392,7 +431,8 @@ class Trainer:
             self.step, self.epoch, self._position = where.step, where.epoch, where.position
             self.lr, self.clip_norm, self.clip_value = where.lr, where.clip_norm, where.clip_value
             self.checkpoint = path
-        self._memory_step = self.step + (2 if self.total_steps - self.step >= 2 else 1)
+        known = self.total_steps is not None
+        self._memory_step = self.step + (1 if known and self.total_steps - self.step < 2 else 2)
         if self.run_dir is not None:
             self.run_dir.write_config(self.config)
 
@@ -408,3 +448,38 @@ class Trainer:
 
     def _due_checkpoint(self) -> bool:
         return self.run_dir is not None and self.epoch % self.config.checkpoint_every == 0
+
+
+def _check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, optimizer_factory: Any) -> None:
+    """TypeError naming the argument, what it got and what it accepts, before anything is built."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"model must be a torch.nn.Module, got {type(model).__name__}; wrap a function in an "
+            "nn.Module (its forward), or pass the module itself rather than its output"
+        )
+    if config is not None and not isinstance(config, TrainConfig):
+        hint = " (build it with TrainConfig(**that_dict))" if isinstance(config, dict) else ""
+        raise TypeError(f"config must be a TrainConfig or None, got {type(config).__name__}{hint}")
+    if strategy is not None and not isinstance(strategy, StrategyBase):
+        hint = " (an instance, e.g. DataParallel(), not the class)" if isinstance(strategy, type) else ""
+        raise TypeError(
+            f"strategy must be a strategy object such as SingleDevice('cpu') or, inside launch/torchrun, "
+            f"DataParallel(); got {strategy!r}{hint}"
+        )
+    if isinstance(callbacks, str | bytes) or not isinstance(callbacks, Iterable):
+        raise TypeError(
+            f"callbacks must be a list of callbacks (e.g. [plot]), got {type(callbacks).__name__}"
+        )
+    for index, callback in enumerate(callbacks):
+        hooks = ("on_fit_start", "on_step", "on_eval", "on_fit_end")
+        if not any(callable(getattr(callback, hook, None)) for hook in hooks):
+            raise TypeError(
+                f"callbacks[{index}] is a {type(callback).__name__}, which has none of the hooks "
+                f"{', '.join(hooks)}; give a workbench.train.Callback (or a widget such as LossPlot)"
+            )
+    if optimizer_factory is not None and not callable(optimizer_factory):
+        raise TypeError(
+            f"optimizer_factory must be a function factory(params, optimizer_config) -> "
+            f"torch.optim.Optimizer, got {type(optimizer_factory).__name__}; for a ready optimizer class "
+            "use optimizer_factory=lambda params, cfg: torch.optim.RMSprop(params, lr=cfg.lr)"
+        )

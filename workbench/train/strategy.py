@@ -14,20 +14,21 @@ dicts, and the few collectives the loop needs (all-reduce, syncing control reque
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 
 from workbench._validate import check_choice
+from workbench.data import move_batch
 from workbench.train import gradients
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes
+from workbench.train.objective import LossFn, Objective
 from workbench.train.precision import Precision
 
 REDUCE_OPS = ("sum", "mean", "max")
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = Any  # (inputs, target), a dict, or any nesting of tensors (workbench.data.batch)
+__all__ = ["Batch", "LossFn", "Objective", "SingleDevice", "Strategy", "StrategyBase"]
 
 
 class Strategy(Protocol):
@@ -59,13 +60,22 @@ class Strategy(Protocol):
         self, model: torch.nn.Module, config: TrainConfig, world_size: int | None = None
     ) -> None: ...
 
+    def check_objective(self, objective: Objective) -> None: ...
+
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module: ...
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module: ...
 
     def forward_backward(
-        self, model: torch.nn.Module, group: list[Batch], loss_fn: LossFn, precision: Precision, scaler: Any
+        self,
+        model: torch.nn.Module,
+        group: list[Batch],
+        objective: Objective,
+        precision: Precision,
+        scaler: Any,
     ) -> torch.Tensor | None: ...
+
+    def to_device(self, batch: Batch) -> Batch: ...
 
     def predict(self, model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor | None: ...
 
@@ -126,6 +136,9 @@ class StrategyBase:
     def validate(self, model: torch.nn.Module, config: TrainConfig, world_size: int | None = None) -> None:
         """Raise ValueError if `model` and `config` cannot train this way on `world_size` ranks."""
 
+    def check_objective(self, objective: Objective) -> None:
+        """Raise ValueError if this strategy cannot compute the loss the way `objective` says."""
+
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """`model` (or this rank's part of it) on `device`: the module to train, whose parameters the
         optimizer updates."""
@@ -140,22 +153,36 @@ class StrategyBase:
         return contextlib.nullcontext()
 
     def forward_backward(
-        self, model: torch.nn.Module, group: list[Batch], loss_fn: LossFn, precision: Precision, scaler: Any
+        self,
+        model: torch.nn.Module,
+        group: list[Batch],
+        objective: Objective,
+        precision: Precision,
+        scaler: Any,
     ) -> torch.Tensor | None:
         """Forward and backward over the micro-batches of one optimizer step; returns their mean loss
         (detached), or None on a rank that computes no loss. Gradients are synchronised once, on the last."""
-        samples = sum(len(x) for x, _ in group)
+        sizes = [objective.samples(batch) for batch in group]
+        samples = sum(sizes)
         step_loss = None
-        for index, (x, y) in enumerate(group):
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        for index, batch in enumerate(group):
+            batch = self.to_device(batch)
             with self.no_sync(model, index < len(group) - 1):
                 with precision.autocast():
-                    loss = loss_fn(model(x), y)
+                    loss, _ = objective(model, batch)
                 if len(group) > 1:  # mean over the whole group, as one batch of all its samples would give
-                    loss = loss * (len(x) / samples)
+                    loss = loss * (sizes[index] / samples)
                 (scaler.scale(loss) if scaler is not None else loss).backward()
             step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
         return step_loss
+
+    def to_device(self, batch: Batch) -> Batch:
+        """`batch` with its tensors on this rank's device (asynchronously where the host memory is pinned)."""
+        if type(batch) is tuple and len(batch) == 2:  # the in-memory fast path: (x, y) tensors
+            x, y = batch
+            if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+                return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        return move_batch(batch, self.device, non_blocking=True)
 
     def predict(self, model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
         """The model's output for `inputs` (evaluation), or None on a rank that has none."""

@@ -7,7 +7,7 @@ from typing import IO
 
 from tqdm import tqdm
 
-from workbench.train.events import Callback, Event
+from workbench.train.events import Callback, Event, evaluation_metrics
 
 
 class ConsoleProgress(Callback):
@@ -48,7 +48,7 @@ class ConsoleProgress(Callback):
         )
 
     def on_eval(self, metrics: Event) -> None:
-        parts = [f"{key} {metrics[key]:.4f}" for key in ("loss", "accuracy") if key in metrics]
+        parts = [f"{key} {value:.4f}" for key, value in evaluation_metrics(metrics).items()]
         line = f"epoch {metrics['epoch']} {metrics['split']}: " + ", ".join(parts)
         if self._bar is not None:
             self._bar.write(line, file=self.file)

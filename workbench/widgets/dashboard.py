@@ -21,7 +21,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from workbench.monitor import DeviceSampler
-from workbench.train.events import Callback, Event
+from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.job import Job
 from workbench.widgets._display import widget_bundle
 from workbench.widgets.device_monitor import DeviceMonitor
@@ -109,7 +109,7 @@ class Dashboard(Callback):
         self.progress = widgets.IntProgress(
             value=self.trainer.step,
             min=0,
-            max=self._total_steps,
+            max=self._total_steps or 1,
             description="steps",
             layout=widgets.Layout(width="60%"),
         )
@@ -300,7 +300,7 @@ class Dashboard(Callback):
             self.placement.value = f"<small>{html.escape(info.get('launch') or info['strategy'])}</small>"
         self._start_step = info["start_step"]
         self._started_at = time.perf_counter()
-        self.progress.max = self._total_steps
+        self.progress.max = self._total_steps or max(self._start_step, 1)  # None: length unknown
         self.progress.value = self._start_step
         self.status.value = self._status_text("running")
 
@@ -323,6 +323,8 @@ class Dashboard(Callback):
 
     def _push(self, state: str) -> None:
         if self._latest is not None:
+            if self._total_steps is None:  # an epoch of unknown length: the bar follows the steps done
+                self.progress.max = max(self._latest["step"], 1)
             self.progress.value = self._latest["step"]
         self.status.value = self._status_text(state)
         self._show_new_views()
@@ -343,13 +345,16 @@ class Dashboard(Callback):
         parts = [f"<b>{state}</b>"]
         latest = self._latest
         if latest is not None:
-            parts.append(f"step {latest['step']}/{self._total_steps}, epoch {latest['epoch'] + 1}")
+            total = "?" if self._total_steps is None else self._total_steps
+            parts.append(f"step {latest['step']}/{total}, epoch {latest['epoch'] + 1}")
             parts.append(f"loss {latest['loss']:.4g}, lr {latest['lr']:.3g}")
             elapsed = time.perf_counter() - self._started_at
             done = latest["step"] - self._start_step
-            if done > 0 and state == "running":
+            if done > 0 and state == "running" and self._total_steps is not None:
                 eta = elapsed / done * (self._total_steps - latest["step"])
                 parts.append(f"{done / elapsed:.0f} steps/s, ETA {_clock(eta)}")
+            elif done > 0 and state == "running":
+                parts.append(f"{done / elapsed:.0f} steps/s, epoch length unknown")
             elif state != "running":
                 parts.append(f"{_clock(elapsed)} elapsed")
         if len(self._rank_rates) > 1:
@@ -357,7 +362,7 @@ class Dashboard(Callback):
             each = ", ".join(f"rank {rank} {rate:.0f}" for rank, rate in rates)
             parts.append(f"samples/s {each} (total {sum(r for _, r in rates):.0f})")
         for split, metrics in self._last_eval.items():
-            shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in ("loss", "accuracy") if k in metrics)
+            shown = ", ".join(f"{k} {v:.4f}" for k, v in evaluation_metrics(metrics).items())
             parts.append(f"{split}: {shown}")
         return " · ".join(parts)
 

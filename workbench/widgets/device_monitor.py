@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench._validate import check_positive
+from workbench.monitor import DeviceSampler
 from workbench.widgets.live_figure import LiveFigure
 
 Sample = dict[str, Any]
@@ -101,6 +102,7 @@ class DeviceMonitor(LiveFigure):
             go.FigureWidget(figure), max_updates_per_s=max_updates_per_s, controls=[self.summary]
         )
         self._unsubscribe: Callable[[], None] | None = None
+        self._own_sampler: DeviceSampler | None = None  # made by `start`
         # under _data_lock:
         self._lines: dict[str, _Line] = {}
         self._t0: float | None = None
@@ -129,6 +131,43 @@ class DeviceMonitor(LiveFigure):
                     line.y.popleft()
             self._latest = sample
         self._throttle.poke()
+
+    def start(self, interval: float = 0.5) -> DeviceMonitor:
+        """Sample this machine's CPU and GPUs every `interval` seconds with a sampler of its own and draw
+        them live: for a loop you wrote yourself (a `Dashboard` brings its own). Returns the monitor, so
+        ``DeviceMonitor().start()`` can end a cell; `stop` (or leaving a ``with`` block) ends it.
+
+        Example:
+            >>> import time
+            >>> with DeviceMonitor().start(interval=0.05) as monitor:
+            ...     time.sleep(0.3)
+            >>> monitor.point_counts()["CPU"] >= 2, monitor.running
+            (True, False)
+        """
+        self.stop()
+        sampler = DeviceSampler(interval=interval)
+        self.attach(sampler)
+        sampler.start()
+        self._own_sampler = sampler
+        return self
+
+    def stop(self) -> None:
+        """Stop the sampler `start` made (if any), unsubscribe and draw what is pending."""
+        sampler, self._own_sampler = self._own_sampler, None
+        if sampler is not None:
+            sampler.stop()
+        self.detach()
+
+    @property
+    def running(self) -> bool:
+        """True while the monitor's own sampler (from `start`) runs."""
+        return self._own_sampler is not None and self._own_sampler.running
+
+    def __enter__(self) -> DeviceMonitor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def attach(self, sampler: Subscribable) -> None:
         """Subscribe `update` to `sampler` (its ``subscribe`` returns the function that unsubscribes)."""

@@ -1,7 +1,8 @@
 """Live loss curves for one or more runs: a plotly FigureWidget fed by training events, redrawn ≤ 4×/s.
 
-Each run gets a colour; its train loss is a solid line, val loss dashed, test loss markers. Events only
-append to a `DownsampledSeries` (about a microsecond on the training thread); a `Throttle` timer thread
+Each run gets a colour; its train loss is a solid line, val loss dashed, test loss markers; evaluation
+metrics other than the loss (accuracy, F1, your own) are dotted lines on a second axis at the right. Events
+only append to a `DownsampledSeries` (about a microsecond on the training thread); a `Throttle` timer thread
 redraws the figure from those series, so history length never slows training or the browser.
 """
 
@@ -17,7 +18,7 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from workbench._validate import check_int
-from workbench.train.events import Callback, Event
+from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.metrics_log import read_metrics
 from workbench.widgets.live_figure import LiveFigure
 from workbench.widgets.series import DownsampledSeries
@@ -30,6 +31,12 @@ _TRACE_STYLE: dict[str, dict[str, Any]] = {
     "test": {"mode": "markers", "marker": {"symbol": "x", "size": 9}},
 }
 _RANK_DASHES = ("dot", "dashdot", "longdash", "longdashdot")  # one per rank, repeating
+_METRIC_STYLE: dict[str, Any] = {
+    "mode": "lines+markers",
+    "line": {"dash": "dot", "width": 1.5},
+    "marker": {"size": 5, "symbol": "diamond"},
+    "yaxis": "y2",
+}
 
 
 @dataclass
@@ -43,9 +50,10 @@ class LossPlot(LiveFigure, Callback):
     """Train/val/test loss against step for one or more runs, drawn live while a `Trainer` runs.
 
     Subscribe it to a trainer (``Trainer(..., callbacks=[plot])`` or ``trainer.add_callback(plot)``) and
-    show it by ending a cell with ``plot``. Each ``on_fit_start`` begins the run named by its ``run``
-    key (``"run 1"``, ``"run 2"``… when None); a resumed fit (``start_step > 0``) continues its curves, a
-    fresh fit under the same name starts them over. `plot_history` adds a finished run from its log.
+    show it by ending a cell with ``plot``; in a loop of your own, call ``plot.log(step, loss=...)``. Each
+    ``on_fit_start`` begins the run named by its ``run`` key (``"run 1"``, ``"run 2"``… when None); a
+    resumed fit (``start_step > 0``) continues its curves, a fresh fit under the same name starts them
+    over. `plot_history` adds a finished run from its log.
 
     The training thread only appends to bounded series; a timer thread redraws the figure at most
     `max_updates_per_s` times a second, and ``on_fit_end`` (or `flush`) draws the final state.
@@ -82,6 +90,13 @@ class LossPlot(LiveFigure, Callback):
                 "margin": {"l": 60, "r": 20, "t": 30, "b": 45},
                 "xaxis": {"title": {"text": "step"}},
                 "yaxis": {"title": {"text": "loss"}, "type": "log" if log_y else "linear"},
+                "yaxis2": {
+                    "title": {"text": "metric"},
+                    "overlaying": "y",
+                    "side": "right",
+                    "showgrid": False,
+                    "visible": False,
+                },
                 "uirevision": "loss",  # keep the user's zoom across redraws
                 "template": "plotly_white",
             }
@@ -144,6 +159,40 @@ class LossPlot(LiveFigure, Callback):
                 run.series[split].extend(xs[split], ys[split])
         self.flush()
 
+    def log(self, step: int, loss: float | None = None, **metrics: float) -> None:
+        """Plot values of a loop you wrote yourself, at optimizer step `step`.
+
+        ``loss`` is the training loss; ``val_loss``/``test_loss`` are evaluation losses; any other
+        ``val_<name>``/``test_<name>`` (or a bare ``<name>``, counted as val) is an evaluation metric, drawn
+        on the right axis. Tensors are fine (one ``.item()`` each). Cheap: it only appends; the figure
+        redraws on its own timer, and `flush` draws everything now (e.g. after the loop).
+
+        Example:
+            >>> plot = LossPlot()
+            >>> for step in range(1, 101):
+            ...     plot.log(step, loss=1 / step)
+            ...     if step % 50 == 0:
+            ...         plot.log(step, val_loss=1.5 / step, accuracy=step / 100)
+            >>> plot.flush()
+            >>> plot.point_counts()
+            {'run 1 train': 100, 'run 1 val': 2, 'run 1 val accuracy': 2}
+        """
+        step = check_int("step", step, minimum=0)
+        values = {"loss": loss, **metrics}
+        evaluations: dict[str, dict[str, float]] = {}
+        for key, value in values.items():
+            if value is None:
+                continue
+            value = float(value.item() if hasattr(value, "item") else value)
+            if key == "loss":
+                self.on_step({"step": step, "loss": value})
+                continue
+            split, _, name = key.partition("_") if key.startswith(("val_", "test_")) else ("val", "", key)
+            evaluations.setdefault(split, {})[name] = value
+        for split, found in evaluations.items():
+            self.on_eval({"step": step, "split": split, **found})
+        self._throttle.start()
+
     # ------------------------------------------------------------------ events (training thread)
 
     def on_fit_start(self, info: Event) -> None:
@@ -168,12 +217,19 @@ class LossPlot(LiveFigure, Callback):
 
     def on_eval(self, metrics: Event) -> None:
         split = metrics.get("split")
-        if split not in ("val", "test") or "loss" not in metrics:
+        if split not in ("val", "test"):
+            return
+        values = evaluation_metrics(metrics)
+        if not values:
             return
         with self._data_lock:
             run = self._current if self._current is not None else self._start_default_run()
-            run.series[split].append(metrics["step"], metrics["loss"])
-            self._changed.add((run.name, split))
+            for name, value in values.items():
+                curve = split if name == "loss" else f"{split} {name}"
+                if curve not in run.series:
+                    run.series[curve] = DownsampledSeries(self.max_points)
+                run.series[curve].append(metrics["step"], value)
+                self._changed.add((run.name, curve))
         self._throttle.poke()
 
     def on_fit_end(self, summary: Event) -> None:
@@ -225,7 +281,11 @@ class LossPlot(LiveFigure, Callback):
                     trace.x, trace.y = x, y
 
     def _add_trace(self, run: _Run, split: str) -> Any:
-        style = _TRACE_STYLE.get(split) or _rank_style(int(split.split()[1]))
+        if split.startswith(("val ", "test ")):  # an evaluation metric: the right axis
+            style = _METRIC_STYLE
+            self.figure.layout.yaxis2.visible = True
+        else:
+            style = _TRACE_STYLE.get(split) or _rank_style(int(split.split()[1]))
         self.figure.add_scatter(
             name=f"{run.name} {split}",
             legendgroup=run.name,
@@ -233,7 +293,8 @@ class LossPlot(LiveFigure, Callback):
             line={**style.get("line", {}), "color": run.color},
             marker={**style.get("marker", {}), "color": run.color},
             opacity=style.get("opacity", 1.0),
-            hovertemplate=f"{run.name} {split}<br>step %{{x:.0f}}<br>loss %{{y:.4g}}<extra></extra>",
+            yaxis=style.get("yaxis", "y"),
+            hovertemplate=f"{run.name} {split}<br>step %{{x:.0f}}<br>%{{y:.4g}}<extra></extra>",
         )
         trace = self.figure.data[-1]
         self._traces[(run.name, split)] = trace
@@ -246,9 +307,14 @@ class LossPlot(LiveFigure, Callback):
             self.figure.layout.yaxis.uirevision = axis_type  # drop a zoom taken on the other scale
 
 
-def _curve_order(curve: str) -> tuple[int, int]:
-    """train, val, test, then rank 0, rank 1, ..."""
-    return (SPLITS.index(curve), 0) if curve in SPLITS else (len(SPLITS), int(curve.split()[1]))
+def _curve_order(curve: str) -> tuple[int, int, str]:
+    """train, val, test, then rank 0, rank 1, ..., then the metrics."""
+    if curve in SPLITS:
+        return (SPLITS.index(curve), 0, "")
+    first, rest = curve.split(" ", 1)
+    if first == "rank":
+        return (len(SPLITS), int(rest), "")
+    return (len(SPLITS) + 1, SPLITS.index(first), rest)
 
 
 def _rank_style(rank: int) -> dict[str, Any]:

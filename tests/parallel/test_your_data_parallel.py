@@ -1,0 +1,182 @@
+"""Your own data and models under DDP and FSDP on 2 gloo ranks (launch): the torch path gives the same
+parameters as the in-memory path, a DataLoader is re-sharded, an iterable dataset steps in lockstep, and
+the metrics reported are exactly those of the whole split (evaluated again in one process)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.metrics import f1_score
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+
+from workbench import models
+from workbench.data import Dataset as InMemory
+from workbench.data import LoaderConfig, Splits, torch_loader
+from workbench.parallel import launch
+from workbench.parallel.fsdp import FullyShardedDataParallel
+from workbench.parallel.tensor_parallel import TensorParallel
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
+from workbench.train.metrics import F1
+
+N, FEATURES, CLASSES, RANKS = 203, 6, 3, 2  # odd sizes: padded training shards, uneven evaluation shards
+
+
+def _tensors():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(N, FEATURES, generator=generator)
+    y = (x[:, 0] > 0.3).long() + (x[:, 1] > 0.5).long()
+    return x, y
+
+
+def _model():
+    torch.manual_seed(0)
+    return models.mlp(FEATURES, CLASSES, hidden=(16,))
+
+
+def _config(**changes):
+    base = dict(epochs=2, batch_size=8, optimizer=OptimizerConfig("adam", lr=1e-2), log_every=1, seed=5)
+    return TrainConfig(**{**base, **changes})
+
+
+def _parameters(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _fit(strategy, model, data, config, extra=None):
+    result = Trainer(
+        model, F.cross_entropy if extra is None else None, data, config, strategy=strategy, **(extra or {})
+    ).fit()
+    return result.step, result.metrics
+
+
+def _single_process_metrics(model, x, y):
+    with torch.no_grad():
+        logits = model(x)
+    return F.cross_entropy(logits, y).item(), (logits.argmax(-1) == y).float().mean().item()
+
+
+STRATEGIES = {"ddp": None, "fsdp": FullyShardedDataParallel, "tensor": TensorParallel}
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "tensor"])
+def test_a_tensor_dataset_trains_as_the_same_tensors_in_memory(name):
+    x, y = _tensors()
+    train, val = slice(0, 160), slice(160, N)
+    in_memory = Splits(
+        InMemory("mine", x[train], y[train], "classification", CLASSES),
+        InMemory("mine", x[val], y[val], "classification", CLASSES),
+    )
+    torch_data = Splits(TensorDataset(x[train], y[train]), val=TensorDataset(x[val], y[val]))
+    params, reports = [], []
+    for data in (in_memory, torch_data):
+        model = _model()
+        strategy = STRATEGIES[name]() if STRATEGIES[name] is not None else None
+        options = dict(model=model, threads_per_process=1, **({"strategy": strategy} if strategy else {}))
+        reports.append(launch(_fit, RANKS, args=(model, data, _config()), **options))
+        params.append(_parameters(model))
+    torch.testing.assert_close(params[0], params[1], rtol=0, atol=0)
+    steps, metrics = reports[1]
+    # 160 samples: 80 per rank in 10 batches of 8; tensor parallel ranks share every batch: 20 batches
+    assert steps == 2 * (20 if name == "tensor" else 10)
+    loss, accuracy = _single_process_metrics(model, x[val], y[val])  # 43 samples, shards of 22 and 21
+    assert metrics["val"]["loss"] == pytest.approx(loss, rel=1e-5)
+    assert metrics["val"]["accuracy"] == pytest.approx(accuracy)
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["ddp", "fsdp"])
+def test_a_users_dataloader_is_rebuilt_into_disjoint_shards_of_its_batch_size(sharded):
+    x, y = _tensors()
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, num_workers=2)
+    model = _model()
+    options = {"strategy": FullyShardedDataParallel()} if sharded else {}
+    steps, _ = launch(
+        _fit, RANKS, args=(model, loader, _config(epochs=1)), model=model, threads_per_process=1, **options
+    )
+    assert steps == 7  # ceil(203 / 2) = 102 samples per rank (padded), batches of the loader's 16
+    shards = [torch_loader(loader, 16, rank=r, world_size=RANKS, train=False) for r in range(RANKS)]
+    seen = [int(i) for shard in shards for i in shard.loader.sampler]
+    assert sorted(seen) == list(range(N))  # evaluation order: every sample once across the ranks
+
+
+class Stream(IterableDataset):
+    """A stream of (x, y) without __len__."""
+
+    def __iter__(self):
+        x, y = _tensors()
+        yield from zip(x, y, strict=True)
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["ddp", "fsdp"])
+def test_an_iterable_dataset_steps_in_lockstep_and_one_of_unknown_length_is_evaluated(sharded):
+    x, y = _tensors()
+    model = _model()
+    config = _config(loader=LoaderConfig(num_workers=2))
+    options = {"strategy": FullyShardedDataParallel()} if sharded else {}
+    steps, metrics = launch(
+        _fit, RANKS, args=(model, (Stream(), Stream()), config), model=model, threads_per_process=1, **options
+    )
+    # 2 ranks x 2 workers: shards of 51, 51, 51, 50 samples; batches of 8 per worker: 7+7 on rank 0,
+    # 7+7 on rank 1 -> 14 steps per epoch (the ranks agree step by step)
+    assert steps == 2 * 14
+    loss, accuracy = _single_process_metrics(model, x, y)
+    assert metrics["val"]["loss"] == pytest.approx(loss, rel=1e-5)
+    assert metrics["val"]["accuracy"] == pytest.approx(accuracy)
+
+
+class Records(Dataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"features": self.x[i], "labels": self.y[i]}
+
+
+class ComputesItsLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU())
+        self.head = nn.Linear(16, CLASSES)
+
+    def forward(self, features, labels):
+        logits = self.head(self.encoder(features))
+        return {"loss": F.cross_entropy(logits, labels), "logits": logits}
+
+
+def test_fsdp_trains_a_model_that_computes_its_own_loss_and_reports_exact_metrics():
+    x, y = _tensors()
+    model = ComputesItsLoss()
+    data = (Records(x[:150], y[:150]), Records(x[150:], y[150:]))  # val: 53 samples, shards 27 and 26
+    extra = {"metrics": {"f1": F1(CLASSES)}}
+    steps, metrics = launch(
+        _fit,
+        RANKS,
+        args=(model, data, _config(epochs=2), extra),
+        model=model,
+        strategy=FullyShardedDataParallel(),
+        threads_per_process=1,
+    )
+    assert steps == 2 * 10  # 75 per rank: 10 batches of 8
+    with torch.no_grad():
+        out = model(x[150:], y[150:])
+    predicted = out["logits"].argmax(-1)
+    assert metrics["val"]["loss"] == pytest.approx(out["loss"].item(), rel=1e-5)
+    assert metrics["val"]["accuracy"] == pytest.approx((predicted == y[150:]).float().mean().item())
+    assert metrics["val"]["f1"] == pytest.approx(f1_score(y[150:], predicted, average="macro"))
+
+
+def test_namespace_splits_work_under_ddp():
+    x, y = _tensors()
+    model = _model()
+    data = SimpleNamespace(train=TensorDataset(x, y), val=None)
+    steps, metrics = launch(
+        _fit, RANKS, args=(model, data, _config(epochs=1)), model=model, threads_per_process=1
+    )
+    assert steps == 13 and metrics == {}

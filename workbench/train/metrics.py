@@ -1,0 +1,146 @@
+"""Evaluation metrics that stay exact across ranks: each batch gives sums, the sums add up over batches and
+ranks, and the metric is computed once from the totals (never an average of averages).
+
+A metric is either a plain function ``fn(outputs, batch) -> float`` (a per-sample mean such as accuracy:
+weighted by the batch's samples) or an object with ``sums(outputs, batch) -> 1-D tensor`` and
+``compute(totals) -> float`` for metrics that are not means (F1 needs true/false positives per class).
+
+    >>> import torch
+    >>> outputs, batch = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]]), (None, torch.tensor([0, 1, 1]))
+    >>> round(Accuracy().compute(Accuracy().sums(outputs, batch)), 3)
+    0.667
+    >>> F1(num_classes=2).compute(F1(num_classes=2).sums(outputs, batch))
+    0.6666666666666666
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+TARGET_KEYS = ("labels", "label", "targets", "target", "y")
+
+
+@runtime_checkable
+class Metric(Protocol):
+    """A metric computed from sums that add over batches and ranks."""
+
+    def sums(self, outputs: Any, batch: Any) -> torch.Tensor: ...
+
+    def compute(self, totals: torch.Tensor) -> float: ...
+
+
+def logits_of(outputs: Any) -> torch.Tensor | None:
+    """The prediction tensor in a model's outputs: the tensor itself, ``.logits`` or ``["logits"]``."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, Mapping):
+        return outputs.get("logits")
+    logits = getattr(outputs, "logits", None)
+    return logits if isinstance(logits, torch.Tensor) else None
+
+
+def targets_of(batch: Any) -> torch.Tensor | None:
+    """The targets in a batch: the last element of a tuple/list, or a dict's ``labels``/``targets``/``y``."""
+    if isinstance(batch, Mapping):
+        for key in TARGET_KEYS:
+            if isinstance(batch.get(key), torch.Tensor):
+                return batch[key]
+        return None
+    if isinstance(batch, tuple | list) and batch and isinstance(batch[-1], torch.Tensor):
+        return batch[-1]
+    return None
+
+
+def is_classification(outputs: Any, batch: Any) -> bool:
+    """True when the outputs are class scores for integer targets: ``(..., classes)`` against ``(...)``."""
+    logits, targets = logits_of(outputs), targets_of(batch)
+    if logits is None or targets is None or targets.is_floating_point() or targets.dtype == torch.bool:
+        return False
+    return logits.ndim == targets.ndim + 1 and logits.shape[:-1] == targets.shape
+
+
+class Accuracy:
+    """Share of correct argmax predictions (per sample, or per token for ``(B, T)`` targets)."""
+
+    def sums(self, outputs: Any, batch: Any) -> torch.Tensor:
+        logits, targets = logits_of(outputs), targets_of(batch)
+        correct = (logits.argmax(dim=-1) == targets).sum().to(torch.float64)
+        return torch.stack([correct, correct.new_tensor(targets.numel())])
+
+    def compute(self, totals: torch.Tensor) -> float:
+        return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
+
+    def __repr__(self) -> str:
+        return "Accuracy()"
+
+
+class F1:
+    """Macro F1 over `num_classes` classes, from per-class true positives, false positives and false
+    negatives summed over every batch and rank.
+
+    Args:
+        num_classes: number of classes, ≥ 2.
+    """
+
+    def __init__(self, num_classes: int) -> None:
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"num_classes must be an integer ≥ 2, got {num_classes!r}")
+        self.num_classes = num_classes
+
+    def sums(self, outputs: Any, batch: Any) -> torch.Tensor:
+        predicted = logits_of(outputs).argmax(dim=-1).flatten()
+        targets = targets_of(batch).flatten()
+        classes = self.num_classes
+        true_positive = torch.bincount(targets[predicted == targets], minlength=classes)[:classes]
+        predicted_count = torch.bincount(predicted, minlength=classes)[:classes]
+        target_count = torch.bincount(targets, minlength=classes)[:classes]
+        false_positive = predicted_count - true_positive
+        false_negative = target_count - true_positive
+        return torch.cat([true_positive, false_positive, false_negative]).to(torch.float64)
+
+    def compute(self, totals: torch.Tensor) -> float:
+        tp, fp, fn = totals.view(3, self.num_classes)
+        denominator = 2 * tp + fp + fn
+        present = denominator > 0
+        if not present.any():
+            return float("nan")
+        return float((2 * tp[present] / denominator[present]).mean())
+
+    def __repr__(self) -> str:
+        return f"F1(num_classes={self.num_classes})"
+
+
+class MeanOverSamples:
+    """A plain ``fn(outputs, batch) -> number`` made exact across batches and ranks: Σ value·samples / Σ
+    samples."""
+
+    def __init__(self, fn: Callable[[Any, Any], Any], samples_of: Callable[[Any], int]) -> None:
+        self.fn, self.samples_of = fn, samples_of
+
+    def sums(self, outputs: Any, batch: Any) -> torch.Tensor:
+        value = self.fn(outputs, batch)
+        if isinstance(value, torch.Tensor):
+            value = value.detach().to(torch.float64).reshape(())
+        else:
+            value = torch.tensor(float(value), dtype=torch.float64)
+        samples = self.samples_of(batch)
+        return torch.stack([value * samples, torch.full_like(value, samples)])
+
+    def compute(self, totals: torch.Tensor) -> float:
+        return float(totals[0] / totals[1]) if totals[1] > 0 else float("nan")
+
+
+def as_metric(name: str, metric: Any, samples_of: Callable[[Any], int]) -> Metric:
+    """`metric` as a `Metric`; TypeError naming it when it is neither a function nor a Metric."""
+    if isinstance(metric, Metric):
+        return metric
+    if callable(metric):
+        return MeanOverSamples(metric, samples_of)
+    raise TypeError(
+        f"metrics[{name!r}] must be a function (outputs, batch) -> float, or an object with "
+        f"sums(outputs, batch) and compute(totals) (e.g. workbench.train.metrics.F1); got "
+        f"{type(metric).__name__}"
+    )

@@ -1,0 +1,239 @@
+"""How a batch becomes a loss, three ways, and the checks that catch a wrong loss on the first batch.
+
+1. ``loss_fn(model(inputs), target)`` for ``(inputs, target)`` batches (``F.cross_entropy``, ``F.mse_loss``).
+2. ``step_fn(model, batch) -> loss`` or ``-> (loss, outputs)``, for any batch structure.
+3. Neither (``loss_fn=None``): the model computes its own loss. A dict batch is passed as ``model(**batch)``,
+   a tuple as ``model(*batch)``; the loss is the result itself (a scalar tensor), its ``.loss`` or
+   ``["loss"]``, or the scalar in a returned tuple (``(logits, loss)`` or ``(loss, logits)``).
+
+On the first batch the loss must be a floating scalar tensor that requires grad, and with a `loss_fn` the
+outputs and floating-point targets must have the same shape (a ``(B, 1)`` output against ``(B,)`` targets
+broadcasts to ``(B, B)`` and gives a wrong loss silently); otherwise training stops before any update with
+a message that shows the shapes and the fix.
+
+    >>> import torch
+    >>> objective = Objective(torch.nn.functional.mse_loss)
+    >>> model = torch.nn.Linear(3, 1)
+    >>> loss, outputs = objective(model, (torch.randn(4, 3), torch.randn(4)))
+    Traceback (most recent call last):
+    ...
+    ValueError: loss_fn got outputs of shape (4, 1) and targets of shape (4,): they broadcast to (4, 4), ...
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from workbench.data import batch_size_of, describe_batch
+from workbench.train.metrics import Accuracy, Metric, as_metric, is_classification
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+StepFn = Callable[[torch.nn.Module, Any], Any]
+
+
+class Objective:
+    """The loss of a batch (one of the three ways in the module doc) and the metrics to evaluate.
+
+    Args:
+        loss_fn: ``loss_fn(outputs, target) -> scalar tensor``, or None.
+        step_fn: ``step_fn(model, batch) -> loss | (loss, outputs)``; only with ``loss_fn=None``.
+        metrics: name → ``fn(outputs, batch) -> float`` or a `Metric`, evaluated on val/test.
+        classification: add accuracy to the metrics; None: decide from the first batch (class scores
+            ``(..., C)`` against integer targets ``(...)``).
+    """
+
+    def __init__(
+        self,
+        loss_fn: LossFn | None,
+        step_fn: StepFn | None = None,
+        metrics: Mapping[str, Any] | None = None,
+        *,
+        classification: bool | None = None,
+    ) -> None:
+        if loss_fn is not None and not callable(loss_fn):
+            raise TypeError(
+                f"loss_fn must be a function loss_fn(outputs, target) -> scalar tensor (e.g. "
+                f"torch.nn.functional.cross_entropy), or None when the model computes its loss; got "
+                f"{type(loss_fn).__name__}"
+            )
+        if step_fn is not None and not callable(step_fn):
+            raise TypeError(
+                f"step_fn must be a function step_fn(model, batch) -> loss; got {type(step_fn).__name__}"
+            )
+        if loss_fn is not None and step_fn is not None:
+            raise ValueError(
+                "give loss_fn or step_fn, not both: step_fn computes the loss itself (pass loss_fn=None)"
+            )
+        if metrics is not None and not isinstance(metrics, Mapping):
+            raise TypeError(
+                f"metrics must be a dict of name -> fn(outputs, batch), e.g. {{'mae': mae}}; got "
+                f"{type(metrics).__name__}"
+            )
+        self.loss_fn, self.step_fn = loss_fn, step_fn
+        self.metrics = {str(k): as_metric(str(k), m, batch_size_of) for k, m in (metrics or {}).items()}
+        self.classification = classification
+        self._checked_shapes = False
+        self._checked_grad = False
+
+    @property
+    def source(self) -> str:
+        """Who computes the loss, for messages: "loss_fn", "step_fn" or "the model"."""
+        return (
+            "loss_fn" if self.loss_fn is not None else "step_fn" if self.step_fn is not None else "the model"
+        )
+
+    def samples(self, batch: Any) -> int:
+        """Samples in `batch` (the leading dimension of its first tensor)."""
+        return batch_size_of(batch)
+
+    def pair(self, batch: Any) -> tuple[Any, Any]:
+        """``(inputs, target)`` of a batch for `loss_fn`; TypeError with the fix for any other shape."""
+        if isinstance(batch, tuple | list) and len(batch) == 2:
+            return batch[0], batch[1]
+        raise TypeError(
+            f"with loss_fn, batches must be (inputs, target) pairs; this batch is {describe_batch(batch)}. "
+            "Give a collate_fn (LoaderConfig) that returns (inputs, target), or pass loss_fn=None with "
+            "step_fn=lambda model, batch: ... (or a model that returns its own loss)"
+        )
+
+    def __call__(self, model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, Any]:
+        """The loss and the outputs of `model` on `batch` (already on the model's device)."""
+        if self.loss_fn is not None:
+            inputs, target = self.pair(batch)
+            outputs = model(inputs)
+            if not self._checked_shapes:
+                check_shapes(outputs, target)
+                self._checked_shapes = True
+            loss = self.loss_fn(outputs, target)
+        elif self.step_fn is not None:
+            loss, outputs = unpack_loss(self.step_fn(model, batch), "step_fn")
+        else:
+            loss, outputs = unpack_loss(call_model(model, batch), "the model")
+        if not self._checked_grad:
+            check_loss(loss, self.source, training=torch.is_grad_enabled() and model.training)
+            self._checked_grad = torch.is_grad_enabled() and model.training
+        if self.classification is None:
+            self.classification = is_classification(outputs, batch)
+        return loss, outputs
+
+    def evaluate(
+        self, model: torch.nn.Module, batch: Any, predict: Callable[[torch.nn.Module, Any], Any]
+    ) -> tuple[torch.Tensor | None, Any]:
+        """Loss and outputs for evaluation; ``(None, None)`` on a rank with no output (a pipeline stage
+        before the last). `predict` is the strategy's forward for `loss_fn` inputs."""
+        if self.loss_fn is None:
+            return self(model, batch)
+        inputs, target = self.pair(batch)
+        outputs = predict(model, inputs)
+        if outputs is None:
+            return None, None
+        if self.classification is None:
+            self.classification = is_classification(outputs, batch)
+        return self.loss_fn(outputs, target), outputs
+
+    def evaluation_metrics(self) -> dict[str, Metric]:
+        """The metrics evaluated on val/test: accuracy for classification, then the user's."""
+        defaults = {"accuracy": Accuracy()} if self.classification else {}
+        return {**defaults, **self.metrics}
+
+
+def call_model(model: torch.nn.Module, batch: Any) -> Any:
+    """``model(**batch)`` for a dict, ``model(*batch)`` for a tuple/list, ``model(batch)`` otherwise."""
+    args, kwargs = (
+        ((), dict(batch))
+        if isinstance(batch, Mapping)
+        else ((tuple(batch), {}) if isinstance(batch, tuple | list) else ((batch,), {}))
+    )
+    try:
+        return model(*args, **kwargs)
+    except TypeError:
+        try:
+            inspect.signature(model.forward).bind(*args, **kwargs)
+        except TypeError as mismatch:
+            call = "model(**batch)" if kwargs else "model(*batch)" if len(args) > 1 else "model(batch)"
+            forward = f"{type(model).__name__}.forward{inspect.signature(model.forward)}"
+            raise TypeError(
+                f"with loss_fn=None the model computes its loss, called as {call} with "
+                f"{describe_batch(batch)}, but {forward} "
+                f"does not take that ({mismatch}). For (inputs, target) batches give loss_fn(outputs, "
+                "target); for other batches give step_fn(model, batch) -> loss"
+            ) from None
+        raise
+
+
+def unpack_loss(result: Any, source: str) -> tuple[torch.Tensor, Any]:
+    """(loss, outputs) of what `source` returned; TypeError saying what is accepted otherwise."""
+    if isinstance(result, torch.Tensor):
+        return result, None
+    if isinstance(result, Mapping) and "loss" in result:
+        return result["loss"], result
+    if isinstance(getattr(result, "loss", None), torch.Tensor):
+        return result.loss, result
+    if isinstance(result, tuple | list):
+        scalars = [i for i, part in enumerate(result) if isinstance(part, torch.Tensor) and part.ndim == 0]
+        if scalars:
+            rest = [part for i, part in enumerate(result) if i != scalars[0]]
+            return result[scalars[0]], rest[0] if len(rest) == 1 else tuple(rest)
+    shown = describe_batch(result) if isinstance(result, tuple | list | Mapping) else type(result).__name__
+    raise TypeError(
+        f"{source} returned {shown}, which holds no loss: return the loss as a scalar tensor, (loss, "
+        "outputs), a dict with 'loss', or an object with .loss; or give loss_fn(outputs, target) and have "
+        "the model return its outputs"
+    )
+
+
+def check_loss(loss: Any, source: str, *, training: bool) -> None:
+    """Raise TypeError/ValueError unless `loss` is a floating scalar tensor (requiring grad in training)."""
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(
+            f"{source} returned a loss of type {type(loss).__name__}; it must be a scalar tensor "
+            "(keep it a tensor: no .item() or float() on it)"
+        )
+    if loss.ndim != 0 and source == "the model":
+        raise ValueError(
+            f"the model returned a tensor of shape {tuple(loss.shape)}, not a scalar loss: with loss_fn=None "
+            "the model must return its loss (a scalar, .loss or ['loss']). If these are its outputs, give "
+            "loss_fn(outputs, target), or step_fn(model, batch) -> loss"
+        )
+    if loss.ndim != 0:
+        raise ValueError(
+            f"{source} returned a loss of shape {tuple(loss.shape)}, not a scalar: reduce it over the "
+            "batch (reduction='mean', or loss.mean())"
+        )
+    if not loss.is_floating_point():
+        raise ValueError(f"{source} returned a loss of dtype {loss.dtype}; it must be floating point")
+    if training and not loss.requires_grad:
+        raise ValueError(
+            f"{source} returned a loss that does not require grad, so backward cannot train the model: "
+            "compute it from the model's outputs without .detach(), .item(), .numpy() or torch.no_grad()"
+        )
+
+
+def check_shapes(outputs: Any, target: Any) -> None:
+    """Raise ValueError if tensor `outputs` and floating-point `target` differ in shape (they would
+    broadcast, or fail deep inside the loss)."""
+    if not (isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor)):
+        return
+    if not target.is_floating_point() or outputs.shape == target.shape:
+        return
+    out, tgt = tuple(outputs.shape), tuple(target.shape)
+    try:
+        shape = tuple(torch.broadcast_shapes(outputs.shape, target.shape))
+        broadcast = f"they broadcast to {shape}, so the loss would be wrong without an error"
+    except RuntimeError:
+        broadcast = "they do not broadcast"
+    fix = "Make them match"
+    if len(out) == len(tgt) + 1 and out[-1] == 1 and out[:-1] == tgt:
+        fix += (
+            f": targets as {out} (y.unsqueeze(1), or TensorDataset(x, y.unsqueeze(1))) or outputs as {tgt} "
+            "(model(x).squeeze(1))"
+        )
+    elif len(tgt) == len(out) + 1 and tgt[-1] == 1 and tgt[:-1] == out:
+        fix += f": outputs as {tgt} (a last layer with 1 output) or targets as {out} (y.squeeze(1))"
+    else:
+        fix += " (class-index targets for cross_entropy must be integers: y.long())"
+    raise ValueError(f"loss_fn got outputs of shape {out} and targets of shape {tgt}: {broadcast}. {fix}")
