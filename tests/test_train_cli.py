@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from workbench.cli import main
 from workbench.train import read_metrics
@@ -135,3 +136,12 @@ def test_the_torchrun_command_keeps_the_strategy_and_its_options(capsys):
         .out.rstrip()
         .endswith("train text-transformer --pipeline-schedule gpipe --strategy pipeline")
     )
+
+
+def test_backend_is_chosen_on_the_command_line_and_kept_in_the_torchrun_command(capsys):
+    argv = ["train", "digits-mlp", "--strategy", "ddp", "--nproc-per-node", "2", "--backend", "nccl"]
+    if torch.cuda.device_count() < 2:  # nccl needs a GPU per process: refused before anything starts
+        assert main(argv) == 2
+        assert "nprocs=2 but torch sees" in capsys.readouterr().err
+    assert main([*argv[:-1], "gloo", "--nnodes", "2", "--master-addr", "node0"]) == 0
+    assert "--backend gloo" in capsys.readouterr().out

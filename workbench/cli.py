@@ -13,6 +13,7 @@ workbench bench trainer           the Trainer and Dashboard against a hand-writt
 workbench bench hardware          memory bandwidth and matmul FLOP/s of this CPU and GPU (--full: larger)
 workbench bench kernels           numba kernels against torch/cuBLAS on a GPU (--full: 4096³, 100M params)
 workbench bench ddp               throughput of 2 processes × 1 thread vs 1 × 1 (data-parallel speed-up)
+workbench bench launch            seconds to start launch's workers: fork, fork server, spawn side by side
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
     ddp.add_argument("--steps", type=int, default=15, help="training steps per run, warm-up included")
     ddp.add_argument("--batch", type=int, default=2048, help="samples per rank per step")
     ddp.set_defaults(command="bench ddp", run=_bench_ddp)
+    start = bench_commands.add_parser(
+        "launch", help="launch's start methods side by side: fork, forkserver, spawn"
+    )
+    start.add_argument("--nprocs", type=int, default=2, help="workers per launch (default 2)")
+    start.add_argument("--repeats", type=int, default=5, help="launches per start method (alternating)")
+    start.set_defaults(command="bench launch", run=_bench_launch)
     return parser
 
 
@@ -120,6 +127,11 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
     ddp = train.add_argument_group(f"several processes (--strategy {', '.join(DISTRIBUTED)})")
     ddp.add_argument("--strategy", choices=tuple(STRATEGIES), default="single")
+    ddp.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        help="process-group backend (default: nccl with a GPU per process on this machine, else gloo)",
+    )
     ddp.add_argument(
         "--pipeline-schedule", choices=("1f1b", "gpipe"), default="1f1b", help="--strategy pipeline"
     )
@@ -255,7 +267,7 @@ def _train_distributed(args: argparse.Namespace) -> int:
 
     strategy = _strategy(args)
     if under_torchrun():
-        join_process_group_from_env(who=f"--strategy {args.strategy}")
+        join_process_group_from_env(args.backend, who=f"--strategy {args.strategy}")
         strategy.bind()
         try:
             return _train_here(args, strategy)
@@ -270,10 +282,10 @@ def _train_distributed(args: argparse.Namespace) -> int:
         print(_torchrun_command(args))
         return 0
 
-    def train(strategy: Any) -> int:  # forked workers train the experiment built (and checked) here
+    def train(strategy: Any) -> int:  # the workers train the experiment built (and checked) here
         return _train_here(args, strategy, experiment)
 
-    return launch(train, args.nproc_per_node, strategy=strategy)
+    return launch(train, args.nproc_per_node, strategy=strategy, backend=args.backend)
 
 
 _LAUNCHER_FLAGS = ("--strategy", "--nproc-per-node", "--nnodes", "--master-addr", "--master-port")
@@ -329,6 +341,18 @@ def _bench_kernels(args: argparse.Namespace) -> int:
 
     flags = [*(["--full"] if args.full else []), *(["--static"] if args.static else [])]
     return bench_kernels(["--repeats", str(args.repeats), *flags])
+
+
+def _bench_launch(args: argparse.Namespace) -> int:
+    from workbench.bench.launch import benchmark_launch
+
+    try:
+        result = benchmark_launch(nprocs=args.nprocs, repeats=args.repeats)
+    except ValueError as error:
+        print(f"workbench bench launch: error: {error}", file=sys.stderr)
+        return 2
+    print(result.table())
+    return 0
 
 
 def _bench_ddp(args: argparse.Namespace) -> int:

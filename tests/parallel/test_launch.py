@@ -249,7 +249,74 @@ def test_nccl_refuses_more_processes_than_gpus():
         Launch(lambda s: None, gpus + 1, backend="nccl")
 
 
-def test_initialised_cuda_is_refused_with_the_fix(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    with pytest.raises(RuntimeError, match=r"CUDA is already initialised.*restart the kernel"):
-        launch(lambda s: None, 2, verbose=False)
+def test_initialised_cuda_does_not_stop_the_default_start_and_fork_is_refused_with_the_fix(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # as after .cuda() in the notebook
+    assert launch(lambda s: s.world_size, 2, verbose=False) == 2  # fork-server workers start clean
+    with pytest.raises(RuntimeError, match=r"CUDA is already initialised.*start_method='forkserver'"):
+        launch(lambda s: None, 2, verbose=False, start_method="fork")
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn", "fork"])
+def test_every_start_method_runs_a_function_defined_here_with_a_class_defined_here(method):
+    class Greeting:
+        def __init__(self, word):
+            self.word = word
+
+    def greet(strategy, greeting):
+        return f"{greeting.word} from {strategy.rank} of {strategy.world_size}"
+
+    assert launch(greet, 2, args=(Greeting("hi"),), verbose=False, start_method=method) == "hi from 0 of 2"
+
+
+def test_a_notebook_that_ran_torch_on_two_threads_launches_workers_on_two_threads():
+    """The reproducer of issue 21: a fork after the parent's OpenMP pool exists hangs its children at their
+    first parallel region; the fork server's children do not. Run with a deadline in a fresh interpreter
+    (a plain script: no `if __name__ == "__main__"` guard, as a user would write it)."""
+    import subprocess
+    import sys
+
+    script = """
+import torch
+from workbench.parallel import launch
+torch.set_num_threads(2)
+a = torch.randn(1000, 1000)
+[a @ a for _ in range(5)]
+def fn(strategy):
+    x = torch.randn(1000, 1000)
+    [x @ x for _ in range(5)]
+    return torch.get_num_threads()
+print(launch(fn, 2, threads_per_process=2, timeout_s=60, verbose=False))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["2"]
+
+
+def test_workers_stand_where_the_launcher_stands_now(tmp_path, monkeypatch):
+    """cwd, environment and sys.path at launch time, not when the fork server started."""
+    launch(lambda s: None, 2, verbose=False)  # the server is running from here on
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WORKBENCH_TEST_MARK", "here")
+
+    def where(strategy):
+        import os
+
+        return os.getcwd(), os.environ.get("WORKBENCH_TEST_MARK")
+
+    assert launch(where, 2, verbose=False) == (str(tmp_path), "here")
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 2])
+@pytest.mark.parametrize("nprocs", [1, 2, 4])
+def test_the_default_backend_is_nccl_only_with_a_gpu_per_process(monkeypatch, gpus, nprocs):
+    """Logic test with torch's device count patched (no GPU runs here): nccl needs one GPU per process."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    job = Launch(lambda s: None, nprocs, verbose=False)
+    assert job.backend == ("nccl" if 0 < nprocs <= gpus else "gloo")
+    described = job.describe()
+    if job.backend == "gloo" and gpus:
+        assert f"{gpus} GPU(s) for {nprocs} processes, nccl needs one each" in described
+    if nprocs > gpus:
+        with pytest.raises(ValueError, match=f"nprocs={nprocs} but torch sees {gpus} GPU"):
+            Launch(lambda s: None, nprocs, backend="nccl")

@@ -466,3 +466,30 @@ def test_loader_defaults_follow_the_device():
     assert LoaderConfig().options("cuda", map_style=True)["pin_memory"] is True
     assert LoaderConfig(num_workers=2).options("cpu", map_style=True)["persistent_workers"] is True
     assert LoaderConfig(num_workers=2).options("cpu", map_style=False)["persistent_workers"] is False
+
+
+def test_loader_workers_start_after_the_parent_used_four_torch_threads():
+    """As on a 16-core laptop: the parent's OpenMP pool exists before DataLoader workers fork (they run
+    single-threaded, so they do not hang); run in a fresh interpreter with a deadline."""
+    import subprocess
+    import sys
+
+    script = """
+import torch, torch.nn.functional as F
+from torch.utils.data import TensorDataset
+from workbench.data import LoaderConfig
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
+torch.set_num_threads(4)
+a = torch.randn(800, 800)
+[a @ a for _ in range(5)]
+x = torch.randn(2000, 32)
+y = (x[:, 0] > 0).long()
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+config = TrainConfig(epochs=2, batch_size=64, optimizer=OptimizerConfig("adam", lr=1e-2),
+                     loader=LoaderConfig(num_workers=2))
+result = Trainer(model, F.cross_entropy, (TensorDataset(x, y), TensorDataset(x[:200], y[:200])), config).fit()
+print(result.status, result.step, result.metrics["val"]["accuracy"] > 0.9)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["finished", "64", "True"]

@@ -1,4 +1,9 @@
-"""The worker side of `workbench.parallel.launch`: one forked process per rank.
+"""The worker side of `workbench.parallel.launch`: one process per rank.
+
+Workers start from a fork server (a clean process that imported torch but never ran it: no OpenMP thread
+pool, no CUDA context to inherit), so they are safe whatever the notebook did before. What they run travels
+as a `Payload`: the user's function, arguments and strategy pickled with cloudpickle (notebook-defined
+functions and classes by value), plus the launcher's working directory, environment and import path.
 
 A worker joins the process group, runs the user's function with its strategy bound to it, streams the
 trainer's events to the launcher through a pipe, obeys the dashboard's control requests (rank 0 reads
@@ -13,14 +18,18 @@ import datetime
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import torch
 import torch.distributed as dist
 
@@ -33,6 +42,57 @@ from workbench.train.supervision import Supervision, supervised
 
 RESULT_FILE = "rank0-result.pt"
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What a worker needs before it can unpickle the spec: where the launcher stood, then the spec."""
+
+    cwd: str
+    environ: dict[str, str]
+    sys_path: list[str]
+    spec: bytes  # a cloudpickled WorkerSpec
+
+    @classmethod
+    def of(cls, spec: WorkerSpec) -> Payload:
+        """The launcher's cwd, environment and sys.path now, and `spec` pickled (user code by value)."""
+        return cls(os.getcwd(), dict(os.environ), list(sys.path), dumps_by_value(spec, spec.fn))
+
+    def open(self) -> WorkerSpec:
+        """Stand where the launcher stood and unpickle the spec (in the worker)."""
+        os.chdir(self.cwd)
+        os.environ.clear()
+        os.environ.update(self.environ)
+        sys.path[:] = self.sys_path
+        if "fork" in multiprocessing.get_all_start_methods():
+            # multiprocessing made the fork server's method this process's default; what the user's code
+            # starts here (DataLoader workers) gets the platform's usual fork again, which passes it the
+            # dataset as it is (classes pickled by value could not be pickled a second time)
+            multiprocessing.set_start_method("fork", force=True)
+        return cloudpickle.loads(self.spec)
+
+
+def dumps_by_value(value: Any, fn: Callable[..., Any]) -> bytes:
+    """`value` cloudpickled, with the module that defines `fn` pickled by value when it is user code (a
+    script, a test file, a notebook's ``__main__``): a worker may not be able to import it by name."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    by_value = module is not None and module.__name__ != "__main__" and _is_user_code(module)
+    if by_value:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(value)
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _is_user_code(module: types.ModuleType) -> bool:
+    """Neither an installed package nor the standard library nor workbench itself."""
+    name = module.__name__.split(".")[0]
+    if name in sys.stdlib_module_names or name == "workbench":
+        return False
+    path = getattr(module, "__file__", None) or ""
+    return "site-packages" not in path and "dist-packages" not in path
 
 
 @dataclass(frozen=True)
@@ -70,14 +130,66 @@ class PipeEvents(Callback):
         self.connection.send(("event", "on_fit_end", summary))
 
 
+class LauncherOutput:
+    """The launcher's stdout and stderr file descriptors, handed to a worker as they are at launch time.
+
+    A fork server's children inherit the descriptors the server had when it started, not the launcher's
+    current ones (a redirected or captured output); pickled for a child, each descriptor is duplicated into
+    it (`multiprocessing.reduction.DupFd`). A forked child already shares them.
+    """
+
+    def __init__(self) -> None:
+        self.fds = (sys.stdout.fileno(), sys.stderr.fileno()) if _has_fds() else None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.fds is None:
+            return (_no_output, ())
+        return (_duplicated, tuple(reduction.DupFd(fd) for fd in self.fds))
+
+    def use(self) -> None:
+        """In the worker: write to the launcher's outputs (nothing to do after a fork)."""
+
+
+class _Duplicated(LauncherOutput):
+    def __init__(self, fds: tuple[int, int] | None) -> None:
+        self.fds = fds
+
+    def use(self) -> None:
+        if self.fds is None:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, target in zip(self.fds, (1, 2), strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+
+
+def _duplicated(*fds: Any) -> _Duplicated:
+    return _Duplicated(tuple(fd.detach() for fd in fds))
+
+
+def _no_output() -> _Duplicated:
+    return _Duplicated(None)
+
+
+def _has_fds() -> bool:
+    try:
+        sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # e.g. a notebook's stream objects: no descriptors
+        return False
+    return True
+
+
 def run_worker(
     rank: int,
-    spec: WorkerSpec,
+    payload: Payload,
+    output: LauncherOutput,
     events: Connection,
     commands: Connection | None,
     inherited: Sequence[Connection],
 ) -> None:
-    """Entry point of a forked worker (a `multiprocessing.Process` target)."""
+    """Entry point of a worker (a `multiprocessing.Process` target)."""
+    output.use()
     _die_with_parent()
     # A daemonic process may not start children, but a DataLoader with num_workers > 0 starts some. This
     # worker already dies with its parent (above), which is what daemon=True was for; its loader workers
@@ -87,6 +199,7 @@ def run_worker(
     for connection in inherited:  # other workers' pipe ends: close them so the launcher sees EOFs
         connection.close()
     try:
+        spec = payload.open()
         value, state = _run(rank, spec, events, commands)
         if rank == 0:
             torch.save({"value": value, "state": state}, spec.result_dir / RESULT_FILE)

@@ -1,12 +1,17 @@
 """Run a training function on N processes from a notebook cell: ``launch(fn, nprocs=2)``.
 
-Workers are forked (so functions defined in the notebook work), join a process group on a free port of
-127.0.0.1, and each calls ``fn(strategy, *args)`` with the strategy bound to that group: a `DataParallel`
-unless ``strategy=`` names another (`FullyShardedDataParallel`, `PipelineParallel`, `TensorParallel`),
-which is checked against ``model=`` and ``config=`` before any process starts. While they run, their events
-(loss, throughput per rank, evaluations) stream back through pipes to the callbacks given here, e.g. a
-`Dashboard`, and the dashboard's pause/stop/lr requests go to the workers. When they finish, `launch`
-returns rank 0's return value and, with ``model=``, loads rank 0's trained weights into your model.
+Workers start from a fork server by default: a clean process that has imported torch but never run it, so a
+worker is safe whatever this process did before (torch ops on several threads, whose OpenMP pool a plain
+fork inherits and hangs on; CUDA already in use). The function, its arguments and the strategy reach the
+workers through cloudpickle, so functions and classes defined in the notebook work; arguments are copied to
+each worker (a plain fork would share them copy-on-write: ``start_method="fork"`` does that, where the
+notebook has run torch on one thread only and not touched CUDA). The workers join a process group on a free
+port of 127.0.0.1, and each calls ``fn(strategy, *args)`` with the strategy bound to that group: a
+`DataParallel` unless ``strategy=`` names another (`FullyShardedDataParallel`, `PipelineParallel`,
+`TensorParallel`), which is checked against ``model=`` and ``config=`` before any process starts. While they
+run, their events (loss, throughput per rank, evaluations) stream back through pipes to the callbacks given
+here, e.g. a `Dashboard`, and the dashboard's pause/stop/lr requests go to the workers. When they finish,
+`launch` returns rank 0's return value and, with ``model=``, loads rank 0's trained weights into your model.
 
 If a worker raises or dies, the others are stopped and `WorkerFailed` names the rank and its error;
 interrupting the kernel stops every worker. No process, port or thread is left behind either way.
@@ -21,14 +26,16 @@ interrupting the kernel stops every worker. No process, port or thread is left b
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -36,7 +43,7 @@ from typing import Any
 import torch
 
 from workbench._validate import check_choice, check_int, check_positive
-from workbench.parallel._worker import RESULT_FILE, WorkerSpec, run_worker
+from workbench.parallel._worker import RESULT_FILE, LauncherOutput, Payload, WorkerSpec, run_worker
 from workbench.parallel.data_parallel import DataParallel
 from workbench.parallel.distributed import DistributedStrategy
 from workbench.parallel.process_group import BACKENDS, default_backend
@@ -44,6 +51,8 @@ from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, CallbackList
 
+START_METHODS = ("forkserver", "spawn", "fork")
+_PRELOAD = ["workbench.parallel._worker"]  # imported once by the fork server: torch, torch.distributed
 _POLL_S = 0.05
 _TERMINATE_GRACE_S = 3.0
 _COLLECT_ERRORS_S = 1.0  # after a failure, how long to wait for the other ranks' reports
@@ -82,10 +91,14 @@ def launch(fn: Callable[..., Any], nprocs: int, **options: Any) -> Any:
         addr, port: the rendezvous address; the port defaults to a free one.
         timeout_s: how long a collective waits for a missing rank before failing.
         verbose: print one line saying what runs where (world size, backend, devices, port).
+        start_method: ``"forkserver"`` (default: safe after anything; the first launch of a kernel also
+            starts the server, about a second), ``"spawn"`` (a fresh interpreter per worker: slowest) or
+            ``"fork"`` (fastest start and arguments shared copy-on-write, but it hangs if this process ran
+            torch on more than one thread and cannot use CUDA once this process has: refused then).
 
     Raises:
         WorkerFailed: a worker raised or died (the message names the rank and its error).
-        RuntimeError: CUDA is already initialised in this process (forked workers could not use it).
+        RuntimeError: ``start_method="fork"`` while CUDA is initialised in this process.
         ValueError: bad arguments, e.g. nprocs < 1, more processes than GPUs, a port in use.
 
     Example:
@@ -122,12 +135,13 @@ class Launch:
         port: int | None = None,
         timeout_s: float = 1800,
         verbose: bool = True,
+        start_method: str = "forkserver",
     ) -> None:
         if not callable(fn):
             raise ValueError(f"fn must be a function taking the strategy first, got {fn!r}")
         self.fn, self.args = fn, tuple(args)
         self.nprocs = check_int("nprocs", nprocs, minimum=1)
-        self.backend = default_backend() if backend is None else backend
+        self.backend = default_backend(nprocs) if backend is None else backend
         check_choice("backend", self.backend, BACKENDS)
         if self.backend == "nccl" and nprocs > torch.cuda.device_count():
             raise ValueError(
@@ -156,6 +170,13 @@ class Launch:
         self.control = control if control is not None else TrainControl()
         self.events = CallbackList(callbacks)
         self.verbose = verbose
+        check_choice("start_method", start_method, START_METHODS)
+        self.start_method = start_method
+        if start_method not in multiprocessing.get_all_start_methods():
+            raise ValueError(
+                f"start_method={start_method!r} is not available on this platform; use one of "
+                f"{', '.join(multiprocessing.get_all_start_methods())}"
+            )
         self.step = 0
         self.total_steps = 0
         self.pids: list[int] = []  # the workers of the current (or last) run
@@ -179,6 +200,9 @@ class Launch:
             where = f"GPUs 0-{self.nprocs - 1}, one per process"
         else:
             where = f"CPU, {self.threads} thread{'s' if self.threads > 1 else ''} each"
+            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if gpus:  # the default chose gloo: too few GPUs for one per process
+                where += f"; {gpus} GPU(s) for {self.nprocs} processes, nccl needs one each"
         port = port if port is not None else self.port
         how = (
             f", {self.strategy.summary()}"
@@ -196,7 +220,8 @@ class Launch:
                 "Launch.fit(resume=True) is not supported: resuming is up to your function; call "
                 "trainer.fit(resume=True) inside it"
             )
-        _refuse_initialised_cuda()
+        if self.start_method == "fork":
+            _refuse_initialised_cuda()
         self._terminate.clear()
         port = self.port if self.port is not None else free_port(self.addr)
         if self.verbose:
@@ -252,20 +277,29 @@ class _Supervisor:
                     connection.close()
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("fork")
+        method = self.job.start_method
+        context = multiprocessing.get_context(method)
+        if method == "forkserver":
+            context.set_forkserver_preload(_PRELOAD)  # used when this process first starts its server
+        payload = Payload.of(self.spec)
         pipes = [context.Pipe(duplex=False) for _ in range(self.spec.world_size)]
         command_read, command_write = context.Pipe(duplex=False)
         everything = [end for pipe in pipes for end in pipe] + [command_read, command_write]
         for rank, (_, write) in enumerate(pipes):
             commands = command_read if rank == 0 else None
-            inherited = [c for c in everything if c is not write and c is not commands]
+            # a forked worker inherits every pipe end and closes the others' (so EOFs reach the launcher);
+            # the other start methods pass a worker only its own
+            inherited = (
+                [c for c in everything if c is not write and c is not commands] if method == "fork" else []
+            )
             process = context.Process(
                 target=run_worker,
-                args=(rank, self.spec, write, commands, inherited),
+                args=(rank, payload, LauncherOutput(), write, commands, inherited),
                 name=f"workbench-rank{rank}",
                 daemon=True,
             )
-            process.start()
+            with _main_not_rerun() if method != "fork" else contextlib.nullcontext():
+                process.start()
             self.processes.append(process)
         self.job.pids = [p.pid for p in self.processes]
         for read, write in pipes:
@@ -430,13 +464,33 @@ def _check_port(addr: str, port: int | None) -> int | None:
     return port
 
 
+@contextlib.contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """Start processes without multiprocessing re-running this program's main script in them.
+
+    forkserver and spawn import ``__main__`` again in each child (by path or module name) so that pickled
+    references into it resolve; a script without an ``if __name__ == "__main__":`` guard would then launch
+    again from inside its workers. The payload carries everything the workers need by value (cloudpickle),
+    so the main module is hidden from `multiprocessing.spawn.get_preparation_data` for the ``start()``.
+    """
+    main = sys.modules["__main__"]
+    missing = object()
+    saved = {name: getattr(main, name, missing) for name in ("__file__", "__spec__")}
+    main.__spec__ = None
+    if saved["__file__"] is not missing:
+        del main.__file__
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is not missing:
+                setattr(main, name, value)
+
+
 def _refuse_initialised_cuda() -> None:
-    if "fork" not in multiprocessing.get_all_start_methods():
-        raise RuntimeError("launch forks its workers and this platform cannot fork; use torchrun instead")
     if torch.cuda.is_initialized():
         raise RuntimeError(
             "CUDA is already initialised in this process (something ran on the GPU: a .cuda() call, a "
             "tensor with device='cuda', torch.cuda.synchronize()...), and forked workers cannot use it. "
-            "Fix: restart the kernel and call launch() before anything touches the GPU; build models on "
-            "the CPU and let the Trainer move them inside the workers"
+            "Fix: use the default start_method='forkserver', whose workers start clean"
         )

@@ -19,7 +19,8 @@ _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTE
 def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1800, who: str = "") -> None:
     """Initialise the process group from torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR…), once.
 
-    `backend`: ``"gloo"`` or ``"nccl"`` (default nccl where torch sees a GPU); `who` names the caller in
+    `backend`: ``"gloo"`` or ``"nccl"`` (default nccl where torch sees a GPU for each of this machine's
+    processes, LOCAL_WORLD_SIZE; else gloo); `who` names the caller in
     the error raised outside torchrun.
     """
     missing = [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
@@ -29,7 +30,8 @@ def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1
             "set. Start the script with `torchrun --nproc-per-node N script.py` (or use launch() in a "
             "notebook)"
         )
-    backend = default_backend() if backend is None else backend
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    backend = default_backend(local_processes) if backend is None else backend
     check_choice("backend", backend, BACKENDS)
     if not dist.is_initialized():
         if backend == "nccl":
@@ -56,6 +58,11 @@ def under_torchrun() -> bool:
     return all(name in os.environ for name in _TORCHRUN_VARIABLES)
 
 
-def default_backend() -> str:
-    """nccl where torch sees a GPU, else gloo."""
-    return "nccl" if torch.cuda.is_available() else "gloo"
+def default_backend(processes: int = 1) -> str:
+    """nccl where torch sees a GPU for each of `processes` (nccl needs one per process), else gloo.
+
+    Example:
+        >>> default_backend(processes=torch.cuda.device_count() + 1)
+        'gloo'
+    """
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= processes else "gloo"

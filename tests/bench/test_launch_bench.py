@@ -1,0 +1,18 @@
+"""The launch benchmark times every start method (its numbers are read, not asserted, here)."""
+
+from workbench.bench.launch import benchmark_launch
+from workbench.cli import main
+from workbench.parallel.launcher import START_METHODS
+
+
+def test_every_start_method_is_timed_side_by_side():
+    result = benchmark_launch(nprocs=2, repeats=1)
+    assert set(result.seconds) == set(START_METHODS)
+    assert all(len(samples) == 1 and samples[0] > 0 for samples in result.seconds.values())
+    table = result.table()
+    assert all(method in table for method in START_METHODS)
+
+
+def test_cli_reports_bad_values(capsys):
+    assert main(["bench", "launch", "--repeats", "0"]) == 2
+    assert "repeats must be an integer ≥ 1" in capsys.readouterr().err
