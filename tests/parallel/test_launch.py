@@ -320,3 +320,19 @@ def test_the_default_backend_is_nccl_only_with_a_gpu_per_process(monkeypatch, gp
     if nprocs > gpus:
         with pytest.raises(ValueError, match=f"nprocs={nprocs} but torch sees {gpus} GPU"):
             Launch(lambda s: None, nprocs, backend="nccl")
+
+
+def test_a_hung_rank_is_named_with_its_stack_within_the_timeout_and_nothing_is_left():
+    def sleeps_on_rank_1(strategy):
+        if strategy.rank == 1:
+            time.sleep(3600)  # hangs outside any collective: the rank that waits for it must not be blamed
+        torch.distributed.barrier()
+
+    job = Launch(sleeps_on_rank_1, 2, timeout_s=5, verbose=False)
+    started = time.monotonic()
+    with pytest.raises(WorkerFailed, match=r"rank 1 of 2 hung: it was still running when rank 0 \(") as info:
+        job.fit()
+    assert time.monotonic() - started < 5 + 15
+    assert info.value.rank == 1
+    assert "sleeps_on_rank_1" in str(info.value) and "rank 1 was here" in str(info.value)
+    assert _pids_gone(job.pids)

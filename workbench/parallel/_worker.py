@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import faulthandler
 import multiprocessing
 import os
 import signal
@@ -41,6 +42,14 @@ from workbench.train.events import Callback, Event
 from workbench.train.supervision import Supervision, supervised
 
 RESULT_FILE = "rank0-result.pt"
+STACK_SIGNAL = signal.SIGUSR1  # asks a worker for its Python stacks (faulthandler), e.g. when it hangs
+
+
+def stack_file(result_dir: Path, rank: int) -> Path:
+    """Where rank `rank` writes its Python stacks on `STACK_SIGNAL`."""
+    return result_dir / f"rank{rank}-stacks.txt"
+
+
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -200,6 +209,8 @@ def run_worker(
         connection.close()
     try:
         spec = payload.open()
+        stacks = stack_file(spec.result_dir, rank).open("w")  # kept open: the handler writes from C
+        faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
         value, state = _run(rank, spec, events, commands)
         if rank == 0:
             torch.save({"value": value, "state": state}, spec.result_dir / RESULT_FILE)

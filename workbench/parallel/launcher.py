@@ -43,7 +43,15 @@ from typing import Any
 import torch
 
 from workbench._validate import check_choice, check_int, check_positive
-from workbench.parallel._worker import RESULT_FILE, LauncherOutput, Payload, WorkerSpec, run_worker
+from workbench.parallel._worker import (
+    RESULT_FILE,
+    STACK_SIGNAL,
+    LauncherOutput,
+    Payload,
+    WorkerSpec,
+    run_worker,
+    stack_file,
+)
 from workbench.parallel.data_parallel import DataParallel
 from workbench.parallel.distributed import DistributedStrategy
 from workbench.parallel.process_group import BACKENDS, default_backend
@@ -58,6 +66,9 @@ _TERMINATE_GRACE_S = 3.0
 _COLLECT_ERRORS_S = 1.0  # after a failure, how long to wait for the other ranks' reports
 # Errors a rank raises because *another* rank went away; they are consequences, not causes.
 _CONSEQUENCES = ("Connection closed by peer", "Connection reset by peer", "DistBackendError", "Broken pipe")
+# Errors of a rank that waited in a collective for one that never came (the one that never came is the cause)
+_WAITED = ("Timed out", "timed out", "Timeout", "timeout")
+_STACK_WAIT_S = 0.5
 
 
 class WorkerFailed(RuntimeError):
@@ -97,7 +108,9 @@ def launch(fn: Callable[..., Any], nprocs: int, **options: Any) -> Any:
             torch on more than one thread and cannot use CUDA once this process has: refused then).
 
     Raises:
-        WorkerFailed: a worker raised or died (the message names the rank and its error).
+        WorkerFailed: a worker raised or died (the message names the rank and its error), or hung: it
+            was still running when another gave up waiting for it in a collective after `timeout_s`; the
+            hung rank is named (``.rank``), with its Python stacks.
         RuntimeError: ``start_method="fork"`` while CUDA is initialised in this process.
         ValueError: bad arguments, e.g. nprocs < 1, more processes than GPUs, a port in use.
 
@@ -263,6 +276,7 @@ class _Supervisor:
         self.exited_at: dict[int, float] = {}
         self._paused = False
         self._stop_sent = False
+        self.hung: dict[int, str] = {}  # rank → stacks of workers still running when another failed
 
     def run(self) -> None:
         self._start()
@@ -380,10 +394,28 @@ class _Supervisor:
         for rank, process in enumerate(self.processes):
             if process.exitcode is not None:
                 self.exited_at.setdefault(rank, time.monotonic())
+        self.hung = self._stacks_of_live_workers()
         self._stop_workers()
         raise self._failure()
 
+    def _stacks_of_live_workers(self) -> dict[int, str]:
+        """Rank → Python stacks of every worker still running after another failed (asked by signal)."""
+        live = {rank: p for rank, p in enumerate(self.processes) if p.exitcode is None and p.pid is not None}
+        for process in live.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, STACK_SIGNAL)
+        if live:
+            time.sleep(_STACK_WAIT_S)
+        stacks = {}
+        for rank in live:
+            path = stack_file(self.spec.result_dir, rank)
+            stacks[rank] = path.read_text().strip() if path.exists() else ""
+        return stacks
+
     def _failure(self) -> WorkerFailed:
+        hung = self._hung_failure()
+        if hung is not None:
+            return hung
         failed = [
             r for r, p in enumerate(self.processes) if p.exitcode not in (None, 0) and r in self.exited_at
         ]
@@ -407,6 +439,27 @@ class _Supervisor:
         if report is not None:
             message += f"\n\nrank {first} traceback:\n{report[2]}"
         return WorkerFailed(message, first)
+
+    def _hung_failure(self) -> WorkerFailed | None:
+        """A rank that gave up waiting in a collective while another was still running: the running one hung
+        (it never reached the collective), so it is named, with its stack; None if that is not the case."""
+        waited = [rank for rank, report in self.reports.items() if any(word in report[1] for word in _WAITED)]
+        silent = [rank for rank in self.hung if rank not in self.reports]
+        if not waited or not silent:
+            return None
+        rank = min(silent)
+        waiting = ", ".join(
+            f"rank {r} ({self.reports[r][0]}: {self.reports[r][1].splitlines()[0]})" for r in waited
+        )
+        message = (
+            f"rank {rank} of {self.spec.world_size} hung: it was still running when {waiting} gave up "
+            f"waiting for it after timeout_s={self.job.timeout_s:g}; all {self.spec.world_size} workers were "
+            "stopped"
+        )
+        stacks = self.hung[rank]
+        if stacks:
+            message += f"\n\nrank {rank} was here (Python stacks, most recent call first):\n{stacks}"
+        return WorkerFailed(message, rank)
 
     def _describe_exit(self, rank: int) -> str:
         code = self.processes[rank].exitcode or 0
