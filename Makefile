@@ -58,7 +58,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # torch first, from the pin, so that resolving the project never pulls a CUDA build on a CPU machine.
-$(STAMP): pyproject.toml $(CONSTRAINTS) kernels/workbench/kernel.json
+$(STAMP): pyproject.toml $(CONSTRAINTS) kernels/workbench/kernel.json workbench/kernelspec.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet $(PIN) torch
 	$(PIP) install --quiet $(PIN) -e '.[test,dev,toolchain]'

@@ -1,5 +1,6 @@
 import json
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -45,3 +46,55 @@ def test_every_notebook_stores_the_workbench_kernelspec(path):
     kernelspec = nbformat.read(path, as_version=4).metadata.get("kernelspec", {})
     assert kernelspec.get("name") == KERNEL_NAME, f"{path.name} would open a 'Select Kernel' dialog"
     assert kernelspec.get("display_name") == spec["display_name"]
+
+
+def test_the_kernel_started_from_the_installed_spec_trains_with_the_padded_allocator(tmp_path):
+    """What a notebook gets: `workbench doctor`'s allocator line, asked inside a kernel from the spec."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    path = install_kernelspec(prefix=str(tmp_path))
+    assert json.loads((path / "kernel.json").read_text())["env"] == {"MALLOC_TOP_PAD_": "268435456"}
+    specs = KernelSpecManager(kernel_dirs=[str(path.parent)])
+    manager = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs)
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        lines = []
+        reply = client.execute_interactive(
+            "from workbench.devices.cpu import allocator; print(allocator())",
+            timeout=60,
+            output_hook=lambda msg: lines.append(msg["content"].get("text", "")),
+        )
+        assert reply["content"]["status"] == "ok"
+        assert "glibc malloc, MALLOC_TOP_PAD_=256 MiB" in "".join(lines)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def test_install_turns_off_jupyterlabs_news_popup_and_keeps_other_overrides(tmp_path):
+    settings = tmp_path / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    settings.parent.mkdir(parents=True)
+    mine = {"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}}
+    settings.write_text(json.dumps(mine))
+    install_kernelspec(prefix=str(tmp_path))
+    overrides = json.loads(settings.read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"] == {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    }
+    assert overrides["@jupyterlab/apputils-extension:themes"] == {"theme": "JupyterLab Dark"}
+
+
+def test_this_environments_lab_has_the_overrides():
+    """`make install` ran the install: the lab `make lab` and the browser test start reads them."""
+    settings = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    if not (Path(sys.prefix) / "share" / "jupyter" / "kernels" / KERNEL_NAME).is_dir():
+        pytest.skip("the workbench kernelspec is not installed in this environment (run make install)")
+    assert (
+        json.loads(settings.read_text())["@jupyterlab/apputils-extension:notification"]["fetchNews"]
+        == "false"
+    )

@@ -11,6 +11,7 @@ workbench train digits-mlp --strategy ddp --nnodes 2 --master-addr HOST   print 
 torchrun --nproc-per-node 2 -m workbench train digits-mlp --strategy ddp  the same under torchrun
 workbench bench trainer           the Trainer and Dashboard against a hand-written loop (ratios)
 workbench bench hardware          memory bandwidth and matmul FLOP/s of this CPU and GPU (--full: larger)
+workbench bench kernel-env        the workbench kernel's environment vs plain python (training on CPU)
 workbench bench kernels           numba kernels against torch/cuBLAS on a GPU (--full: 4096³, 100M params)
 workbench bench ddp               throughput of 2 processes × 1 thread vs 1 × 1 (data-parallel speed-up)
 workbench bench launch            seconds to start launch's workers: fork, fork server, spawn side by side
@@ -71,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     trainer.add_argument("--epochs", type=int, default=6)
     trainer.add_argument("--history", type=int, default=1_000_000, help="loss-plot points before timing")
     trainer.set_defaults(command="bench trainer", run=_bench_trainer)
+    kernel_env = bench_commands.add_parser(
+        "kernel-env", help="the workbench kernel's environment vs plain python, training in child processes"
+    )
+    kernel_env.add_argument("--repeats", type=int, default=3, help="child processes per variant (median)")
+    kernel_env.add_argument("--epochs", type=int, default=3, help="epochs per timed run")
+    kernel_env.set_defaults(command="bench kernel-env", run=_bench_kernel_env)
     hardware = bench_commands.add_parser("hardware", help="memory bandwidth and matmul FLOP/s, CPU and GPU")
     hardware.add_argument("--repeats", type=int, default=5, help="timed runs of each measurement (median)")
     hardware.add_argument("--full", action="store_true", help="larger sizes: slower, closer to peak")
@@ -321,6 +328,20 @@ def _torchrun_command(args: argparse.Namespace) -> str:
         f"# run on {machines}; {args.master_addr} must be reachable from all of them "
         f"(port {args.master_port} open):\n" + " \\\n    ".join(words)
     )
+
+
+def _bench_kernel_env(args: argparse.Namespace) -> int:
+    from workbench.bench.kernel_env import benchmark_kernel_environment
+
+    try:
+        result = benchmark_kernel_environment(repeats=args.repeats, epochs=args.epochs)
+    except ValueError as error:
+        print(f"workbench bench kernel-env: error: {error}", file=sys.stderr)
+        return 2
+    settings = " ".join(f"{k}={v}" for k, v in result.environment.items()) or "(none)"
+    print(f"the workbench kernel's environment: {settings}; {args.repeats} child processes per variant")
+    print(result.table())
+    return 0
 
 
 def _bench_trainer(args: argparse.Namespace) -> int:

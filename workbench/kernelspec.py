@@ -4,6 +4,15 @@ The checked-in ``kernel.json`` starts ``python`` from PATH; installing rewrites 
 of the interpreter doing the install (the project's ``.venv`` under ``make lab``/``make test``), so
 JupyterLab and nbval start the kernel in the right environment whatever PATH they have.
 
+The kernel's environment sets ``MALLOC_TOP_PAD_`` (256 MiB): glibc then keeps that much freed memory at
+the top of each heap instead of handing it back to the OS after every step, which is what made torch on
+a second thread (`Dashboard.start`) 1.2-1.3x slower than on the main thread. The cost: the kernel's
+resident memory may stay up to 256 MiB per malloc arena above what it uses. Other C libraries ignore
+the variable. ``workbench doctor`` shows whether it is in effect.
+
+Installing into an environment (not ``--user``) also writes JupyterLab's ``overrides.json`` there, so the
+lab that environment runs never asks "get notified about Jupyter news?" nor checks for updates.
+
     $ workbench kernel install              # into this environment (sys.prefix), what make does
     $ workbench kernel install --user       # visible to every Jupyter of this user
 """
@@ -18,6 +27,10 @@ from pathlib import Path
 
 KERNEL_NAME = "workbench"
 SOURCE_DIR = Path(__file__).resolve().parent.parent / "kernels" / KERNEL_NAME
+# JupyterLab's own settings: no news pop-up, no update check (both fetch from the internet).
+LAB_OVERRIDES = {
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}
+}
 
 
 def install_kernelspec(
@@ -53,4 +66,20 @@ def install_kernelspec(
         installed = KernelSpecManager().install_kernel_spec(
             str(staged), kernel_name=KERNEL_NAME, user=user, prefix=None if user else (prefix or sys.prefix)
         )
+    if not user:
+        install_lab_overrides(prefix or sys.prefix)
     return Path(installed)
+
+
+def install_lab_overrides(prefix: str) -> Path:
+    """Merge `LAB_OVERRIDES` into ``<prefix>/share/jupyter/lab/settings/overrides.json``; return its path.
+
+    Settings already in the file are kept unless they are the ones set here.
+    """
+    path = Path(prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    current = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    for plugin, settings in LAB_OVERRIDES.items():
+        current[plugin] = {**current.get(plugin, {}), **settings}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(current, indent=2) + "\n", encoding="utf-8")
+    return path

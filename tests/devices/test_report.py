@@ -48,3 +48,18 @@ def test_report_renders_as_html_and_json(fake_nvml):
 def test_html_is_escaped(fake_nvml):
     report = device_report(nvml=fake_nvml([{**H100, "name": "<script>"}]))
     assert "<script>" not in report._repr_html_() and "&lt;script&gt;" in report._repr_html_()
+
+
+def test_the_report_says_which_allocator_runs_and_whether_malloc_is_padded(monkeypatch):
+    from workbench.devices.cpu import allocator
+
+    monkeypatch.delenv("MALLOC_TOP_PAD_", raising=False)
+    unpadded = allocator()
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "268435456")
+    padded = allocator()
+    if "preloaded" in unpadded:  # tcmalloc or jemalloc in this process: the variable does not matter
+        assert padded == unpadded
+    else:
+        assert "defaults" in unpadded and "MALLOC_TOP_PAD_=268435456" in unpadded  # names the fix
+        assert padded == "glibc malloc, MALLOC_TOP_PAD_=256 MiB (the workbench kernel's setting)"
+    assert [value for _, item, value in device_report().rows() if item == "allocator"] == [padded]

@@ -142,9 +142,7 @@ def benchmark_trainer(
     check_int("epochs", epochs, minimum=1)
     check_int("n_samples", n_samples, minimum=16)
     check_int("history", history, minimum=0)
-    data = load_dataset("synthetic_images", n_samples=n_samples, image_size=32, seed=0)
-    splits = split_dataset(data, (0.9, 0.1, 0.0), seed=0)
-    config = TrainConfig(epochs=epochs, batch_size=128, optimizer=OptimizerConfig("adam", lr=1e-3), seed=0)
+    splits, config = _setup(epochs, n_samples)
     steps = len(ShardedLoader(splits.train, config.batch_size)) * epochs
 
     torch_splits = Splits(
@@ -186,6 +184,25 @@ def benchmark_trainer(
         sampler_core_fraction=statistics.median(sampler_fractions),
         runs={name: tuple(seconds) for name, seconds in timings.items()},
     )
+
+
+def _setup(epochs: int, n_samples: int = 4096) -> tuple[Splits, TrainConfig]:
+    data = load_dataset("synthetic_images", n_samples=n_samples, image_size=32, seed=0)
+    splits = split_dataset(data, (0.9, 0.1, 0.0), seed=0)
+    config = TrainConfig(epochs=epochs, batch_size=128, optimizer=OptimizerConfig("adam", lr=1e-3), seed=0)
+    return splits, config
+
+
+def hand_written_seconds(epochs: int) -> float:
+    """One timed run of the hand-written loop (`workbench bench kernel-env` runs it in child processes)."""
+    splits, config = _setup(epochs)
+    return _timed(lambda: _hand_written(_model(), splits, config))
+
+
+def background_dashboard_seconds(epochs: int) -> float:
+    """One timed run of the Trainer through `Dashboard.start` + `wait` (training on a second thread)."""
+    splits, config = _setup(epochs)
+    return _with_dashboard(splits, config, 0, background=True)[0]
 
 
 def _model() -> torch.nn.Module:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 
-from workbench.devices.cpu import CpuInfo, cpu_info
+from workbench.devices.cpu import CpuInfo, allocator, cpu_info
 from workbench.devices.cuda import CudaStatus, cuda_status
 from workbench.devices.nvml import GpuInfo, NvmlReport, nvml_report
 from workbench.devices.toolchain import PACKAGES, TOOLCHAIN_EXTRA, ToolchainStatus, toolchain_status
@@ -35,6 +35,7 @@ class DeviceReport:
     nvml: NvmlReport
     cuda: CudaStatus
     toolchain: ToolchainStatus = field(default_factory=toolchain_status)
+    allocator: str = field(default_factory=allocator)
 
     @property
     def gpus(self) -> tuple[GpuInfo, ...]:
@@ -74,6 +75,7 @@ class DeviceReport:
             ("model", cpu.model),
             ("cores", f"{physical} physical, {cpu.logical_cores} logical, {cpu.usable_cores} usable here"),
             ("memory", f"{_gib(cpu.memory_total)} total, {_gib(cpu.memory_available)} available"),
+            ("allocator", self.allocator),
         ]
 
     def _nvml_rows(self) -> list[tuple[str, str]]:
@@ -134,6 +136,7 @@ def device_report(*, nvml: ModuleType | None = None) -> DeviceReport:
         nvml=nvml_report(nvml),
         cuda=cuda_status(),
         toolchain=toolchain_status(),
+        allocator=allocator(),
     )
 
 

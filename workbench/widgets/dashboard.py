@@ -5,14 +5,20 @@ It drives a `Trainer`, or a `Launch` (data-parallel workers): then the plot show
 the status line each rank's throughput, and the buttons reach the workers. A memory plot appears once
 the trainer reports memory, and a pipeline timeline once every stage of a pipeline step has reported.
 
-    dashboard = Dashboard(trainer)   # shows itself when it is the last expression of a cell
-    dashboard.start()                # or press Start
-    result = dashboard.wait()        # in a later cell: blocks, returns the FitResult, re-raises a failure
-    result = dashboard.fit()         # scripts: train on this thread (the buttons cannot act meanwhile)
+    dashboard = Dashboard(trainer)           # shows itself when it is the last expression of a cell
+    dashboard.start()                        # or press Start
+    result = await dashboard.wait_async()    # in a later cell: the buttons keep working, even under Run All
+    result = dashboard.wait()                # scripts: blocks, returns the FitResult, re-raises a failure
+    result = dashboard.fit()                 # scripts: train on this thread
+
+Why `await` in a notebook: the kernel handles a button click only when no cell is running, or while a
+running cell awaits (ipykernel ≥ 7 dispatches widget messages then, ahead of the cells queued by Run All).
+A cell blocked in `wait()`, or any busy cell, holds every click until it ends: training goes on unpaused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
 import threading
 import time
@@ -24,6 +30,7 @@ from workbench.monitor import DeviceSampler
 from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.job import Job
 from workbench.widgets._display import widget_bundle
+from workbench.widgets._kernel import acknowledge_widget_message, running_cell_parent
 from workbench.widgets.device_monitor import DeviceMonitor
 from workbench.widgets.loss_plot import LossPlot
 from workbench.widgets.memory_plot import MemoryPlot
@@ -89,12 +96,15 @@ class Dashboard(Callback):
         self._last_eval: dict[str, Event] = {}
         self._rank_rates: dict[int, float] = {}  # rank → samples/s at its last logged step
         self._state = "ready"
-        self._throttle = Throttle(lambda: self._push("running"), max_per_s=_PUSHES_PER_S)
+        self._throttle = Throttle(lambda: self._push(self._live_state()), max_per_s=_PUSHES_PER_S)
         self._started_at = 0.0
+        self._paused_at: float | None = None  # when Pause was pressed; None while not paused
+        self._paused_s = 0.0  # time spent paused this run: not counted in steps/s and the ETA
         self._start_step = 0
         self._total_steps = trainer.total_steps
         self.memory_plot = MemoryPlot()
         self.timeline = PipelineTimeline()
+        self._awaiting_cell: dict[str, Any] | None = None  # the cell in wait_async, while it awaits
         self._views_lock = threading.Lock()  # the VBox's children: the timer and training threads add views
         self._build_widgets()
         trainer.add_callback(self.loss_plot)
@@ -114,6 +124,7 @@ class Dashboard(Callback):
             layout=widgets.Layout(width="60%"),
         )
         self.status = widgets.HTML(value=self._status_text("ready"))
+        self.status.add_class("workbench-status")
         self.start_button = widgets.Button(description="Start", icon="play", button_style="success")
         self.pause_button = widgets.ToggleButton(description="Pause", icon="pause", disabled=True)
         self.stop_button = widgets.Button(
@@ -122,6 +133,7 @@ class Dashboard(Callback):
         self.lr_input = widgets.FloatText(
             value=config.optimizer.lr, description="lr", step=None, layout=widgets.Layout(width="180px")
         )
+        self.lr_input.add_class("workbench-lr")
         self.clip_input = widgets.FloatText(
             value=config.clip_norm, description="clip norm", layout=widgets.Layout(width="180px")
         )
@@ -132,6 +144,8 @@ class Dashboard(Callback):
         self.placement = widgets.HTML(value=self.trainer.describe())
         self.start_button.on_click(lambda _: self.start())
         self.pause_button.observe(self._on_pause_toggle, names="value")
+        for synced in (self.pause_button, self.lr_input, self.clip_input):  # see widgets/_kernel.py
+            synced.observe(lambda _: acknowledge_widget_message(self._awaiting_cell), names="value")
         self.stop_button.on_click(lambda _: self.stop())
         self.apply_button.on_click(lambda _: self.apply_settings())
         rows = [
@@ -206,24 +220,67 @@ class Dashboard(Callback):
     def wait(self, timeout: float | None = None) -> Any:
         """Block until training ends; return its `FitResult` (a Launch: rank 0's value) or raise its error.
 
-        Interrupting the kernel while waiting stops training at the next step boundary; a `Launch` whose
-        workers do not get there within 5 s is terminated.
+        In a notebook use ``await dashboard.wait_async()`` instead: while `wait` blocks, the kernel cannot
+        handle the buttons. Interrupting stops training at the next step boundary; a `Launch` whose workers
+        do not get there within 5 s is terminated.
         """
-        if self._thread is None:
-            raise RuntimeError("nothing to wait for: call start() (or press Start) first")
+        thread = self._started_thread()
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while self._thread.is_alive():
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(f"training still running after {timeout} s")
-                self._thread.join(0.1)
+            while thread.is_alive():
+                self._check_deadline(deadline, timeout)
+                thread.join(0.1)
         except KeyboardInterrupt:
-            self.control.stop()
-            self._thread.join(_GRACE_S)
-            if self._thread.is_alive():
-                self.trainer.terminate()  # e.g. a Launch's workers that do not reach a step boundary in time
-            self._thread.join()
-            raise
+            self._stop_after_interrupt()
+        return self._outcome()
+
+    async def wait_async(self, timeout: float | None = None) -> Any:
+        """`wait` for a notebook cell (``result = await dashboard.wait_async()``): the buttons keep working.
+
+        While the cell awaits, the kernel handles widget messages, so Pause, Stop and Apply act at once,
+        also under Run All, where the cells below wait their turn. Interrupting the kernel stops training
+        as in `wait`.
+        """
+        thread = self._started_thread()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._awaiting_cell = running_cell_parent()
+        try:
+            while thread.is_alive():
+                self._check_deadline(deadline, timeout)
+                await asyncio.sleep(0.05)
+        except (KeyboardInterrupt, asyncio.CancelledError):  # an interrupt cancels an awaiting cell
+            self._stop_after_interrupt()
+        finally:
+            self._awaiting_cell = None
+        return self._outcome()
+
+    def _started_thread(self) -> threading.Thread:
+        if self._thread is None:
+            raise RuntimeError("nothing to wait for: call start() (or press Start) first")
+        return self._thread
+
+    @staticmethod
+    def _check_deadline(deadline: float | None, timeout: float | None) -> None:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"training still running after {timeout} s")
+
+    def _stop_after_interrupt(self) -> None:
+        """Stop at a step boundary (terminate after 5 s), then raise one line saying what was stopped."""
+        assert self._thread is not None
+        self.control.stop()
+        self._thread.join(_GRACE_S)
+        terminated = self._thread.is_alive()
+        if terminated:
+            self.trainer.terminate()  # e.g. a Launch's workers that do not reach a step boundary in time
+        self._thread.join()
+        what = self.trainer.describe().split(" (", 1)[0]  # "2 processes", "1 process on cpu"
+        if terminated:
+            message = f"terminated {what} after KeyboardInterrupt: no step boundary within {_GRACE_S:g} s"
+        else:
+            message = f"stopped training ({what}) at step {self.trainer.step} after KeyboardInterrupt"
+        raise KeyboardInterrupt(message) from None
+
+    def _outcome(self) -> Any:
         if self._error is not None:
             raise self._error
         assert self._result is not None
@@ -242,10 +299,7 @@ class Dashboard(Callback):
         self._begin()
         self._thread = None
         self._train(resume)
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
+        return self._outcome()
 
     def close(self) -> None:
         """Stop training and sampling and close the widgets."""
@@ -274,10 +328,19 @@ class Dashboard(Callback):
     def _on_pause_toggle(self, change: dict[str, Any]) -> None:
         if change["new"]:
             self.control.pause()
+            self._paused_at = time.perf_counter()
             self.pause_button.description, self.pause_button.icon = "Resume", "play"
         else:
             self.control.resume()
+            if self._paused_at is not None:
+                self._paused_s += time.perf_counter() - self._paused_at
+                self._paused_at = None
             self.pause_button.description, self.pause_button.icon = "Pause", "pause"
+        if self._state in ("running", "paused"):
+            self._push(self._live_state())  # a paused loop sends no events: say so now
+
+    def _live_state(self) -> str:
+        return "paused" if self.control.paused else "running"
 
     def _set_running_buttons(self, running: bool) -> None:
         self.start_button.disabled = running
@@ -300,6 +363,9 @@ class Dashboard(Callback):
             self.placement.value = f"<small>{html.escape(info.get('launch') or info['strategy'])}</small>"
         self._start_step = info["start_step"]
         self._started_at = time.perf_counter()
+        self._paused_s = 0.0
+        if self._paused_at is not None:  # paused before the first step
+            self._paused_at = self._started_at
         self.progress.max = self._total_steps or max(self._start_step, 1)  # None: length unknown
         self.progress.value = self._start_step
         self.status.value = self._status_text("running")
@@ -348,7 +414,7 @@ class Dashboard(Callback):
             total = "?" if self._total_steps is None else self._total_steps
             parts.append(f"step {latest['step']}/{total}, epoch {latest['epoch'] + 1}")
             parts.append(f"loss {latest['loss']:.4g}, lr {latest['lr']:.3g}")
-            elapsed = time.perf_counter() - self._started_at
+            elapsed = self._training_seconds()
             done = latest["step"] - self._start_step
             if done > 0 and state == "running" and self._total_steps is not None:
                 eta = elapsed / done * (self._total_steps - latest["step"])
@@ -365,6 +431,12 @@ class Dashboard(Callback):
             shown = ", ".join(f"{k} {v:.4f}" for k, v in evaluation_metrics(metrics).items())
             parts.append(f"{split}: {shown}")
         return " · ".join(parts)
+
+    def _training_seconds(self) -> float:
+        """Seconds since the fit started, less the time spent paused."""
+        now = time.perf_counter()
+        paused = self._paused_s + (now - self._paused_at if self._paused_at is not None else 0.0)
+        return now - self._started_at - paused
 
 
 def _clock(seconds: float) -> str:

@@ -1,0 +1,165 @@
+"""JupyterLab in headless Chromium (Playwright), shared by the browser tests: a lab on a copy of notebooks/,
+a page, Run All, and reading what the page shows.
+
+Needs Debian's chromium (``WORKBENCH_CHROMIUM``, default ``/usr/bin/chromium``). Under ``make test`` (which
+installs it) a missing browser fails the test; elsewhere it is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts" / "browser"
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOKEN = "workbench-browser-test"
+# The plotly plots in the page with no trace holding values (x, y, z, pie values, or an image source), as
+# "cell [n]: title [trace names]"; numpy arrays arrive base64-encoded as {bdata, dtype}.
+EMPTY_PLOTS_JS = """plots => plots.filter(plot => {
+    const has = v => v && (v.length || (v.bdata && v.bdata.length));
+    const filled = t => has(t.x) || has(t.y) || has(t.z) || has(t.values) || has(t.source);
+    return !plot.data || !plot.data.some(filled);
+}).map(plot => {
+    const title = (plot.layout && plot.layout.title && plot.layout.title.text) || "(untitled)";
+    const cell = plot.closest(".jp-CodeCell");
+    const prompt = cell ? cell.querySelector(".jp-InputArea-prompt").textContent.trim() : "?";
+    return `cell ${prompt} ${title} [${(plot.data || []).map(trace => trace.name).join(", ")}]`;
+})"""
+
+
+def _chromium() -> str:
+    path = os.environ.get("WORKBENCH_CHROMIUM") or "/usr/bin/chromium"
+    if not os.access(path, os.X_OK):
+        if os.environ.get("WORKBENCH_CHROMIUM"):
+            pytest.fail(f"{path} is missing; `make test` installs it with apt-get install chromium")
+        pytest.skip(f"no browser at {path} (run under `make test`, or apt-get install chromium)")
+    return path
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A running JupyterLab: its base URL and the folder it serves (a copy of notebooks/)."""
+
+    url: str
+    notebooks: Path
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, free_port):
+    """A JupyterLab server on a copy of notebooks/ (JupyterLab's settings from this environment, so the
+    news pop-up is off as under `make lab`); yields a `Lab`."""
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copytree(REPO / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("runs", ".ipynb_*"))
+    # Render every cell (JupyterLab 4 virtualises long notebooks), in a settings folder of our own.
+    settings = root / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    port = free_port()
+    command = [
+        sys.executable, "-m", "jupyterlab", "--no-browser",
+        f"--ServerApp.root_dir={root / 'notebooks'}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        f"--IdentityProvider.token={TOKEN}", "--ServerApp.allow_root=True",
+        f"--LabApp.workspaces_dir={root / 'workspaces'}",  # never restore a user's open tabs
+        f"--LabApp.user_settings_dir={root / 'settings'}",
+    ]  # fmt: skip
+    env = {**os.environ, "JUPYTER_PREFER_ENV_PATH": "1"}
+    log = (root / "lab.log").open("w")
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{(root / 'lab.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield Lab(url, root / "notebooks")
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture
+def page():
+    """A fresh headless Chromium page (1400×1600); the browser closes after the test."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
+        try:
+            yield browser.new_page(viewport={"width": 1400, "height": 1600})
+        finally:
+            browser.close()
+
+
+def start_run_all(page, url: str, notebook: str) -> None:
+    """Open `notebook` alone, wait for its kernel, press Run ▸ Run All Cells; returns at once."""
+    page.goto(f"{url}/lab/tree/{notebook}?reset&token={TOKEN}")  # reset: only this notebook open
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    # Run only once the kernel is connected; earlier, JupyterLab asks "Select Kernel" instead of running.
+    page.wait_for_selector("text=Python (workbench) | Idle", timeout=90_000)
+    assert page.locator(".jp-Dialog").count() == 0, "a dialog opened (kernel selection?)"
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+
+
+def run_all_cells(page, lab: Lab, notebook: str, timeout_s: float) -> None:
+    """Run All, then wait until every code cell ran once, in order, and the kernel is idle."""
+    start_run_all(page, lab.url, notebook)
+    # Done when the code cells are numbered [1], [2], … [n] in order (a fresh kernel ran each once; stored
+    # numbers of checked outputs do not look like that) and the kernel is idle again.
+    cells = json.loads((lab.notebooks / notebook).read_text())["cells"]
+    try:
+        wait_until_all_ran(page, sum(c["cell_type"] == "code" for c in cells), timeout_s)
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{notebook}-unfinished.png"), full_page=True)
+        prompts = page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
+        raise AssertionError(f"{notebook} did not finish running; prompts: {prompts}") from None
+
+
+def wait_until_all_ran(page, code_cells: int, timeout_s: float) -> None:
+    page.wait_for_function(
+        """(codeCells) => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+            const busy = document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='busy']");
+            const numbered = prompts.every((p, i) => p.textContent.trim() === `[${i + 1}]:`);
+            return prompts.length === codeCells && !busy && numbered;
+        }""",
+        arg=code_cells,
+        timeout=timeout_s * 1000,
+    )
+
+
+def errors_in_page(page) -> list[str]:
+    stderr = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+    texts = page.locator(stderr).all_inner_texts()
+    return [t for t in texts if re.search(r"Traceback|Error\b", t)]

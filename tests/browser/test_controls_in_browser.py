@@ -1,0 +1,151 @@
+"""The Dashboard's buttons under Run All, clicked in a real browser while the next cell awaits the run.
+
+The bug this guards against: the kernel handles a click only between cells, so with Run All (the next cell
+blocking in ``wait()``) Pause looked pressed while training went on. Here JupyterLab runs a notebook with
+Run All; while its ``await dashboard.wait_async()`` cell runs (prompt ``[*]``, later cells queued), the test
+presses Pause (the step count must hold ≥ 2 s and the status say paused), Resume, types an lr and presses
+Apply (the logged lr changes at a later step), all of that twice, then Stop (status stopped, a checkpoint
+written). Once for a `Trainer` and once for a 2-process `Launch`. Screenshots go to ``artifacts/browser/``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import nbformat
+import pytest
+
+from tests.browser.jupyterlab import ARTIFACTS, errors_in_page, start_run_all, wait_until_all_ran
+
+SETUP = """\
+from pathlib import Path
+
+from workbench.presets import build_experiment
+from workbench.train import Callback, Trainer
+from workbench.widgets import Dashboard
+
+
+class FirstStepAtEachLr(Callback):
+    def __init__(self):
+        self.first_step = {}
+
+    def on_step(self, metrics):
+        if metrics.get("rank", 0) == 0:
+            self.first_step.setdefault(round(metrics["lr"], 8), metrics["step"])
+
+
+lr_log = FirstStepAtEachLr()
+experiment = build_experiment("digits-mlp", epochs=2000)  # minutes of training unless Stop works
+"""
+TRAINER = """\
+trainer = Trainer(experiment.model, experiment.loss_fn, experiment.splits, experiment.config,
+                  callbacks=[lr_log], run="controls", runs_dir="runs")  # fmt: skip
+dashboard = Dashboard(trainer, monitor=False)
+dashboard.start()
+dashboard
+"""
+LAUNCH = """\
+from workbench.parallel import Launch
+
+
+def train(strategy):
+    return Trainer(experiment.model, experiment.loss_fn, experiment.splits, experiment.config,
+                   strategy=strategy, run="controls-ddp", runs_dir="runs").fit()  # fmt: skip
+
+
+job = Launch(train, 2, config=experiment.config, model=experiment.model)
+job.add_callback(lr_log)
+dashboard = Dashboard(job, monitor=False)
+dashboard.start()
+dashboard
+"""
+WAIT = "result = await dashboard.wait_async()"
+REPORT = """\
+written = result.checkpoint is not None and Path(result.checkpoint).is_file()
+print(f"status {result.status} at step {result.step} | checkpoint written: {written}")
+print("first step at each lr:", lr_log.first_step)
+"""
+NEW_LRS = (0.0005, 0.0002)
+
+
+def _write_notebook(folder, name: str, job_cell: str) -> str:
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(code) for code in (SETUP, job_cell, WAIT, REPORT)]
+    notebook.metadata["kernelspec"] = {
+        "name": "workbench",
+        "display_name": "Python (workbench)",
+        "language": "python",
+    }
+    nbformat.write(notebook, folder / name)
+    return name
+
+
+def _status(dashboard) -> str:
+    return dashboard.locator(".workbench-status").inner_text()
+
+
+def _step(dashboard) -> int:
+    found = re.search(r"step (\d+)/", _status(dashboard))
+    return int(found.group(1)) if found else 0
+
+
+def _until(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting until {what}"
+        time.sleep(0.1)
+
+
+def _prompt_of_cell(page, index: int) -> str:
+    return page.locator(".jp-CodeCell .jp-InputArea-prompt").nth(index).inner_text().strip()
+
+
+@pytest.mark.parametrize("job", ["trainer", "launch"])
+def test_pause_resume_apply_and_stop_act_under_run_all_while_the_next_cell_awaits(lab, page, job):
+    name = _write_notebook(lab.notebooks, f"controls_{job}.ipynb", TRAINER if job == "trainer" else LAUNCH)
+    start_run_all(page, lab.url, name)
+    dashboard = page.locator(".workbench-dashboard")
+    dashboard.wait_for(timeout=120_000)
+    _until(lambda: "running" in _status(dashboard) and _step(dashboard) >= 20, "training runs", timeout=120)
+    assert _prompt_of_cell(page, 2) == "[*]:", "the awaiting cell is not the one running"
+    assert _prompt_of_cell(page, 3) in ("[ ]:", "[*]:"), "the cell after it ran already"
+
+    applied_after = {}
+    for cycle, new_lr in enumerate(NEW_LRS):  # twice: each widget's second change must get through too
+        dashboard.locator("button", has_text="Pause").click()
+        _until(lambda: "paused" in _status(dashboard), "the status says paused", timeout=10)
+        time.sleep(0.5)  # the step in flight when Pause arrived
+        held_at = _step(dashboard)
+        time.sleep(2.5)
+        assert _step(dashboard) == held_at, f"training went on while paused: {held_at} → {_step(dashboard)}"
+        assert "paused" in _status(dashboard) and "ETA" not in _status(dashboard)
+        if cycle == 0:
+            dashboard.screenshot(path=str(ARTIFACTS / f"controls_{job}_paused.png"))
+
+        dashboard.locator("button", has_text="Resume").click()
+        _until(lambda held=held_at: _step(dashboard) > held + 5, "training resumes", timeout=20)
+        assert "running" in _status(dashboard)
+
+        lr_field = dashboard.locator(".workbench-lr input")
+        lr_field.fill(str(new_lr))
+        lr_field.press("Tab")
+        applied_after[new_lr] = _step(dashboard)
+        dashboard.locator("button", has_text="Apply").click()
+        shows = f"lr {new_lr:.3g}"
+        _until(lambda shows=shows: shows in _status(dashboard), f"the status shows {shows}", timeout=20)
+
+    dashboard.locator("button", has_text="Stop").click()
+    _until(lambda: "stopped" in _status(dashboard), "the status says stopped", timeout=30)
+    wait_until_all_ran(page, 4, timeout_s=60)
+    dashboard.screenshot(path=str(ARTIFACTS / f"controls_{job}_stopped.png"))
+    assert errors_in_page(page) == []
+
+    report = page.locator(".jp-OutputArea-output").last.inner_text()
+    stopped = re.search(r"status (\w+) at step (\d+) \| checkpoint written: (\w+)", report)
+    assert stopped, report
+    assert stopped.group(1) == "stopped" and stopped.group(3) == "True", report
+    assert int(stopped.group(2)) < 2000 * 23 // (2 if job == "launch" else 1)  # ended early: Stop acted
+    first_step = eval(report.split("first step at each lr:", 1)[1].strip())  # a dict the notebook printed
+    assert set(first_step) == {0.003, *NEW_LRS}, first_step
+    assert all(first_step[lr] > step for lr, step in applied_after.items()), (first_step, applied_after)
