@@ -105,6 +105,13 @@ class FakeNvml:
             raise self.NVMLError("Not Supported")
         return self._gpu(handle)["pcie_kb"][counter]
 
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        """``processes``: {pid: bytes or None} per GPU dict, as pynvml's process-info objects."""
+        return [
+            type("ProcessInfo", (), {"pid": pid, "usedGpuMemory": used})()
+            for pid, used in self._gpu(handle).get("processes", {}).items()
+        ]
+
     def nvmlDeviceGetCudaComputeCapability(self, handle):
         return self._gpu(handle)["capability"]
 

@@ -226,7 +226,7 @@ def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None)
 
     from workbench.tables import text_table
     from workbench.train import Trainer
-    from workbench.widgets.console import ConsoleProgress
+    from workbench.train.progress import ConsoleProgress
 
     experiment = _experiment(args) if experiment is None else experiment
     main = strategy is None or strategy.is_main

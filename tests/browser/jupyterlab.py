@@ -108,14 +108,14 @@ def lab(tmp_path_factory, free_port):
 
 @pytest.fixture
 def page():
-    """A fresh headless Chromium page (1400×1600); the browser closes after the test."""
+    """A fresh headless Chromium page (1400×2400: a Dashboard fits); the browser closes after the test."""
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
         try:
-            yield browser.new_page(viewport={"width": 1400, "height": 1600})
+            yield browser.new_page(viewport={"width": 1400, "height": 2400})
         finally:
             browser.close()
 

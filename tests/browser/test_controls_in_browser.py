@@ -4,8 +4,10 @@ The bug this guards against: the kernel handles a click only between cells, so w
 blocking in ``wait()``) Pause looked pressed while training went on. Here JupyterLab runs a notebook with
 Run All; while its ``await dashboard.wait_async()`` cell runs (prompt ``[*]``, later cells queued), the test
 presses Pause (the step count must hold ≥ 2 s and the status say paused), Resume, types an lr and presses
-Apply (the logged lr changes at a later step), all of that twice, then Stop (status stopped, a checkpoint
-written). Once for a `Trainer` and once for a 2-process `Launch`. Screenshots go to ``artifacts/browser/``.
+Apply (the logged lr changes at a later step), picks a metric in the metric plot's dropdown and toggles the
+loss plot's log axis, all of that twice, then Stop (status stopped, a checkpoint written). Once for a
+`Trainer` and once for a 2-process `Launch` (with a CPU line per worker in the device monitor).
+Screenshots go to ``artifacts/browser/``.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def train(strategy):
 
 job = Launch(train, 2, config=experiment.config, model=experiment.model)
 job.add_callback(lr_log)
-dashboard = Dashboard(job, monitor=False)
+dashboard = Dashboard(job)  # with the device monitor: a CPU line per worker
 dashboard.start()
 dashboard
 """
@@ -97,6 +99,18 @@ def _until(predicate, what: str, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
+def _plot_titles(dashboard) -> list[str]:
+    return dashboard.locator(".gtitle").all_text_contents()  # SVG text: no innerText
+
+
+def _loss_axis_type(page) -> str | None:
+    """The y axis type of the dashboard's first plot (the loss plot), as plotly drew it in the page."""
+    return page.evaluate(
+        "() => { const plot = document.querySelector('.workbench-dashboard .js-plotly-plot');"
+        " return plot && plot._fullLayout ? plot._fullLayout.yaxis.type : null; }"
+    )
+
+
 def _prompt_of_cell(page, index: int) -> str:
     return page.locator(".jp-CodeCell .jp-InputArea-prompt").nth(index).inner_text().strip()
 
@@ -106,6 +120,14 @@ def test_pause_resume_apply_and_stop_act_under_run_all_while_the_next_cell_await
     name = _write_notebook(lab.notebooks, f"controls_{job}.ipynb", TRAINER if job == "trainer" else LAUNCH)
     start_run_all(page, lab.url, name)
     dashboard = page.locator(".workbench-dashboard")
+    try:
+        _drive_the_controls(page, dashboard, job)
+    except AssertionError:
+        page.screenshot(path=str(ARTIFACTS / f"controls_{job}_failed.png"), full_page=True)
+        raise
+
+
+def _drive_the_controls(page, dashboard, job: str) -> None:
     dashboard.wait_for(timeout=120_000)
     _until(lambda: "running" in _status(dashboard) and _step(dashboard) >= 20, "training runs", timeout=120)
     assert _prompt_of_cell(page, 2) == "[*]:", "the awaiting cell is not the one running"
@@ -135,11 +157,21 @@ def test_pause_resume_apply_and_stop_act_under_run_all_while_the_next_cell_await
         shows = f"lr {new_lr:.3g}"
         _until(lambda shows=shows: shows in _status(dashboard), f"the status shows {shows}", timeout=20)
 
+        metric = ("samples/s", "learning rate")[cycle]  # the plots' own controls, twice each too
+        dashboard.locator("select").select_option(label=metric)  # the metric plot's dropdown
+        _until(lambda m=metric: m in _plot_titles(dashboard), f"the metric plot shows {metric}", timeout=20)
+        dashboard.locator("button", has_text="log y").click()
+        axis = "log" if cycle == 0 else "linear"
+        _until(lambda a=axis: _loss_axis_type(page) == a, f"the loss axis turns {axis}", timeout=20)
+
     dashboard.locator("button", has_text="Stop").click()
     _until(lambda: "stopped" in _status(dashboard), "the status says stopped", timeout=30)
     wait_until_all_ran(page, 4, timeout_s=60)
     dashboard.screenshot(path=str(ARTIFACTS / f"controls_{job}_stopped.png"))
     assert errors_in_page(page) == []
+    if job == "launch":  # each worker's CPU share, beside the machine's, on the loss's time axis
+        legend = set(dashboard.locator(".legendtext").all_text_contents())
+        assert {"rank 0 CPU", "rank 1 CPU", "CPU", "loss"} <= legend, legend
 
     report = page.locator(".jp-OutputArea-output").last.inner_text()
     stopped = re.search(r"status (\w+) at step (\d+) \| checkpoint written: (\w+)", report)

@@ -138,3 +138,34 @@ def test_stop_reports_a_thread_that_does_not_end():
         sampler.stop(timeout=0.05)
     release.append(True)
     sampler.stop()
+
+
+def test_watched_ranks_are_sampled_by_pid_with_their_gpu_memory_where_nvml_lists_them(fake_nvml):
+    import os
+    import subprocess
+    import sys
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a worker stand-in: one busy core
+    try:
+        gpus = [
+            {"name": "H100", "memory": 80 << 30, "capability": (9, 0), "processes": {busy.pid: 3 << 30}},
+            {"name": "H100", "memory": 80 << 30, "capability": (9, 0), "processes": {99999999: None}},
+        ]
+        sampler = DeviceSampler(interval=0.2, nvml=fake_nvml(gpus))
+        ranks = {0: busy.pid, 1: os.getpid()}
+        sampler.watch(lambda: ranks)
+        first = sampler.sample_once()["processes"]
+        assert [p["cpu_cores"] for p in first] == [None, None]  # psutil is primed by the first reading
+        time.sleep(0.5)
+        second = {p["rank"]: p for p in sampler.sample_once()["processes"]}
+        assert second[0]["pid"] == busy.pid and 0.1 < second[0]["cpu_cores"] < 1.5  # its own, not ours
+        assert second[0]["gpu_index"] == 0 and second[0]["gpu_memory"] == 3 << 30
+        assert "gpu_index" not in second[1] and second[1]["rss"] > 0
+        busy.kill()
+        busy.wait()
+        ranks = {1: os.getpid()}
+        assert [p["rank"] for p in sampler.sample_once()["processes"]] == [1]  # an exited worker drops out
+        sampler.watch(None)
+        assert "processes" not in sampler.sample_once()
+    finally:
+        busy.kill()

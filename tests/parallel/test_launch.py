@@ -128,6 +128,19 @@ def test_launch_prints_world_size_and_devices(capsys):
     assert "launch: 2 processes (gloo, CPU, 1 thread each) on 127.0.0.1:" in capsys.readouterr().out
 
 
+def test_a_blocking_launch_shows_rank_0s_progress_unless_quiet(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the trainers' run directories
+    config = _config(epochs=2)
+    steps = launch(_train, 2, args=(config,))["step"]
+    err = capsys.readouterr().err
+    assert f"{steps}/{steps}" in err and "loss=" in err  # the bar reached the end, with the loss
+    assert f"finished at step {steps}" in err
+    launch(_train, 2, args=(config,), verbose=False)
+    assert capsys.readouterr().err == ""
+    launch(_train, 2, args=(config,), verbose=False, progress=True)
+    assert f"finished at step {steps}" in capsys.readouterr().err
+
+
 def test_control_stop_reaches_every_rank_at_the_same_step(tmp_path):
     control = TrainControl()
 
@@ -335,4 +348,25 @@ def test_a_hung_rank_is_named_with_its_stack_within_the_timeout_and_nothing_is_l
     assert time.monotonic() - started < 5 + 15
     assert info.value.rank == 1
     assert "sleeps_on_rank_1" in str(info.value) and "rank 1 was here" in str(info.value)
+    assert _pids_gone(job.pids)
+
+
+def test_a_rank_that_hangs_in_a_function_without_collectives_is_named_within_the_timeout():
+    """The launch ends every run with a collective (rank 0 gathers the result), so the ranks that finished
+    wait there for the hung one, give up after timeout_s, and the hung one is named: the job always ends."""
+
+    def sleeps_on_rank_1_without_collectives(strategy):
+        if strategy.rank == 1:
+            time.sleep(3600)  # no collective call of its own
+        return strategy.rank
+
+    job = Launch(sleeps_on_rank_1_without_collectives, 2, timeout_s=4, verbose=False)
+    started = time.monotonic()
+    with pytest.raises(
+        WorkerFailed, match=r"rank 1 of 2 hung: it was still running when rank 0 .* timeout_s=4"
+    ) as info:
+        job.fit()
+    assert time.monotonic() - started < 4 + 15
+    assert info.value.rank == 1
+    assert "sleeps_on_rank_1_without_collectives" in str(info.value)  # its stack
     assert _pids_gone(job.pids)

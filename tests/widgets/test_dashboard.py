@@ -248,6 +248,34 @@ def test_a_launch_shows_every_rank_live_and_returns_rank_0s_value():
     assert dashboard._repr_mimebundle_()["text/plain"] == repr(dashboard)
 
 
+def test_a_launch_dashboard_samples_each_worker_and_plots_every_metric_on_one_time_axis():
+    from workbench.data import load_dataset, split_dataset
+    from workbench.parallel import Launch
+
+    splits = split_dataset(load_dataset("regression", n_samples=400), (0.8, 0.2, 0.0), seed=0)
+    config = TrainConfig(epochs=60, batch_size=16, log_every=2, optimizer=OptimizerConfig("sgd", lr=0.01))
+
+    def train(strategy):
+        model = models.mlp(10, 1, hidden=(256, 256))  # a few ms a step: the run lasts a few samples
+        trainer = Trainer(model, functional.mse_loss, splits, config, strategy=strategy, run=None)
+        return trainer.fit().step
+
+    job = Launch(train, 2, config=config, verbose=False)
+    dashboard = Dashboard(job, sample_interval=0.1)
+    assert dashboard.fit() == 600
+    watched = [s["processes"] for s in dashboard.sampler.samples() if s.get("processes")]
+    assert watched and {p["pid"] for p in watched[-1]} == set(job.pids)  # the workers, not this process
+    assert {p["rank"] for p in watched[-1]} == {0, 1}
+    counts = dashboard.device_monitor.point_counts()
+    for line in ("rank 0 CPU", "rank 1 CPU", "rank 0 RAM", "rank 1 RAM", "CPU", "loss"):
+        assert counts.get(line, 0) >= 1, (line, counts)
+    cpu = next(t for t in dashboard.device_monitor.figure.data if t.name == "rank 1 CPU")
+    assert max(cpu.y) > 0  # the worker was busy
+    assert dashboard.metric_plot.metrics[:3] == ["lr", "grad_norm", "samples_per_s"]
+    dashboard.metric_plot.selector.value = "samples_per_s"  # what choosing it in the dropdown does
+    assert set(dashboard.metric_plot.point_counts()) == {"rank 0", "rank 1"}
+
+
 def test_interrupting_wait_on_a_stuck_launch_terminates_its_workers_within_10_seconds(monkeypatch):
     import psutil
 
@@ -335,7 +363,7 @@ def test_memory_plot_and_timeline_join_the_dashboard_only_with_data(regression_t
     assert dashboard.timeline.latest()[0] == 2
     assert dashboard.timeline.bubble() == pytest.approx((0.5, 0.5))
     figures = _figures(dashboard.widget)
-    assert len(figures) == 3 and all(_holds_data(figure) for figure in figures)  # what the browser sees
+    assert len(figures) == 4 and all(_holds_data(figure) for figure in figures)  # what the browser sees
 
 
 def test_the_throttled_push_shows_the_memory_plot_while_training(regression_trainer):
@@ -389,3 +417,11 @@ def test_evaluation_metrics_of_your_own_show_in_the_status_line(splits):
     dashboard.fit()
     assert "val: loss" in dashboard.status.value and "accuracy" in dashboard.status.value
     assert "zeros" in dashboard.status.value
+
+
+def test_showing_a_dashboard_hands_every_view_its_current_figure(regression_trainer):
+    dashboard = Dashboard(regression_trainer, monitor=False)
+    dashboard.fit()
+    dashboard._repr_mimebundle_()
+    for view in (dashboard.loss_plot, dashboard.metric_plot):
+        assert len(view.figure._widget_data) == len(view.figure.data) > 0

@@ -79,12 +79,54 @@ def test_only_the_last_window_is_kept_and_shown():
     assert tuple(monitor.figure.layout.xaxis2.range) == (20.0, 30.0)
 
 
-def test_the_x_range_starts_at_zero_until_the_window_is_full():
+def test_the_x_range_fits_the_run_until_the_window_is_full():
     monitor = DeviceMonitor(window_s=60)
     monitor.update(sample(0))
     monitor.update(sample(5))
     monitor.flush()
-    assert tuple(monitor.figure.layout.xaxis.range) == (0.0, 60.0)
+    assert tuple(monitor.figure.layout.xaxis.range) == (0.0, 5.0)  # an 8 s run is not lost in 60 s
+    assert tuple(monitor.figure.layout.xaxis2.range) == (0.0, 5.0)  # the rows share the axis
+
+
+def test_each_watched_rank_gets_its_cpu_share_and_memory_lines():
+    monitor = DeviceMonitor()
+    for t in range(3):
+        watched = sample(t, gpus=2, cores=(100.0, 100.0, 0.0, 0.0))
+        watched["processes"] = [
+            {"rank": 0, "pid": 10, "cpu_cores": 1.0, "rss": 2 * GIB, "gpu_index": 0, "gpu_memory": 8 * GIB},
+            {"rank": 1, "pid": 11, "cpu_cores": None if t == 0 else 0.5, "rss": 4 * GIB},
+        ]
+        monitor.update(watched)
+    monitor.flush()
+    assert list(_trace(monitor, "rank 0 CPU").y) == [25.0] * 3  # 1 core of 4: a quarter of the machine
+    assert list(_trace(monitor, "rank 1 CPU").y) == [12.5] * 2  # the first reading primes psutil
+    assert list(_trace(monitor, "rank 1 RAM").y) == [100 * 4 / 32] * 3
+    assert list(_trace(monitor, "rank 0 GPU 0 memory").y) == [10.0] * 3
+    rank0 = _trace(monitor, "rank 0 CPU")
+    assert (
+        rank0.line.color
+        == _trace(monitor, "rank 0 RAM").line.color
+        != _trace(monitor, "rank 1 CPU").line.color
+    )
+    assert (rank0.xaxis, _trace(monitor, "rank 0 RAM").xaxis) == ("x", "x2")
+    assert "rank 0 1.00 cores, 2.00 GiB" in monitor.summary.value
+
+
+def test_with_loss_the_loss_shares_the_seconds_axis_with_the_devices():
+    monitor = DeviceMonitor(loss=True)
+    start = 1_700_000_000.0
+    monitor.on_fit_start({"time": start})
+    for i in range(400):  # 2 s of steps at 200 steps/s: thinned to ~20 points a second
+        monitor.on_step({"step": i + 1, "loss": 1.0 / (i + 1), "rank": 0, "time": start + i / 200})
+        monitor.on_step({"step": i + 1, "loss": 9.0, "rank": 1, "time": start + i / 200})  # rank 0's only
+    for t in range(3):
+        monitor.update(sample(t))
+    monitor.flush()
+    loss, cpu = _trace(monitor, "loss"), _trace(monitor, "CPU")
+    assert 35 <= len(loss.x) <= 41 and max(loss.y) == 1.0
+    assert list(cpu.x) == [0.0, 1.0, 2.0] and loss.x[0] == 0.0  # both from the fit's start
+    assert (loss.xaxis, cpu.xaxis, _trace(monitor, "RAM").xaxis) == ("x", "x2", "x3")
+    assert [a.text for a in monitor.figure.layout.annotations] == ["loss", "utilization %", "memory used %"]
 
 
 def test_per_core_lines_are_thin_and_out_of_the_legend():
@@ -191,3 +233,14 @@ def test_start_samples_on_its_own_and_stop_ends_it_and_a_second_start_replaces_t
     monitor.flush()
     assert count >= 2 and monitor.point_counts()["CPU"] == count  # nothing after stop
     monitor.stop()  # twice is fine
+
+
+def test_the_loss_line_does_not_take_the_devices_colours():
+    with_loss, without = DeviceMonitor(loss=True), DeviceMonitor()
+    with_loss.on_fit_start({"time": 1_700_000_000.0})
+    with_loss.on_step({"step": 1, "loss": 1.0, "rank": 0, "time": 1_700_000_000.0})
+    for monitor in (with_loss, without):
+        monitor.update(sample(0, gpus=1))
+        monitor.flush()
+    for line in ("CPU", "GPU 0"):
+        assert _trace(with_loss, line).line.color == _trace(without, line).line.color

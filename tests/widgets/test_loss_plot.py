@@ -11,6 +11,7 @@ from workbench.train import OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Callback
 from workbench.train.metrics_log import MetricsLog
 from workbench.widgets.loss_plot import LossPlot
+from workbench.widgets.series import ema
 
 
 def _fit(plot, run, steps, *, start_step=0, evals=(), loss=lambda step: 1.0 / step):
@@ -31,7 +32,8 @@ def test_is_a_callback_and_displays_as_its_vbox():
     assert isinstance(plot, Callback)
     bundle = plot._repr_mimebundle_()
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == plot.widget.model_id
-    assert plot.figure in plot.widget.children and plot.log_toggle in plot.widget.children
+    assert plot.figure in plot.widget.children
+    assert {plot.log_toggle, plot.smoothing_slider} <= set(plot.widget.children[0].children)
 
 
 def test_after_training_the_figure_holds_every_step_and_evaluation():
@@ -39,8 +41,10 @@ def test_after_training_the_figure_holds_every_step_and_evaluation():
     plot = LossPlot()
     _fit(plot, "sgd", 46, evals=("val", "test"))
     assert plot.point_counts() == {"sgd train": 46, "sgd val": 1, "sgd test": 1}
-    train = _trace(plot, "sgd train")
-    assert list(train.x) == list(range(1, 47)) and list(train.y) == [1.0 / s for s in range(1, 47)]
+    raw, train = _trace(plot, "sgd train raw"), _trace(plot, "sgd train")
+    assert list(raw.x) == list(range(1, 47)) and list(raw.y) == [1.0 / s for s in range(1, 47)]
+    assert list(train.x) == list(raw.x)
+    assert list(train.y) == pytest.approx(list(ema(raw.y, plot.smoothing)))  # smoothed, raw faint behind
     assert [t for t in threading.enumerate() if t not in threads_before and t.is_alive()] == []
 
 
@@ -151,7 +155,7 @@ def test_plot_history_draws_a_logged_run_without_disturbing_the_live_one():
     plot.on_step({"step": 2, "loss": 4.0})
     plot.flush()
     assert plot.point_counts() == {"live train": 2, "old train": 2, "old val": 1, "old test": 1}
-    assert list(_trace(plot, "old train").y) == [2.0, 1.0]
+    assert list(_trace(plot, "old train raw").y) == [2.0, 1.0]
 
 
 def test_plot_history_reads_events_without_an_event_key():
@@ -285,3 +289,58 @@ def test_a_real_trainer_feeds_the_plot():
 def test_constructor_arguments_are_checked(kwargs, field):
     with pytest.raises(ValueError, match=field):
         LossPlot(**kwargs)
+
+
+def test_one_run_has_a_colour_per_split_and_several_runs_a_colour_per_run():
+    plot = LossPlot()
+    _fit(plot, "a", 10, evals=("val", "test"))
+    plot.on_eval({"step": 10, "split": "val", "loss": 0.4, "accuracy": 0.9, "f1": 0.8})
+    plot.flush()
+    colours = {name: _trace(plot, f"a {name}").line.color for name in ("train", "val", "test")}
+    assert len(set(colours.values())) == 3  # train, val and test tell apart at a glance
+    metric_colours = {_trace(plot, f"a val {name}").line.color for name in ("accuracy", "f1")}
+    assert len(metric_colours) == 2 and not metric_colours & set(colours.values())
+    _fit(plot, "b", 10, evals=("val",))  # a second run: each run its own colour, splits by line style
+    assert _trace(plot, "a val").line.color == _trace(plot, "a train").line.color
+    assert _trace(plot, "a train").line.color != _trace(plot, "b train").line.color
+    assert _trace(plot, "a val").line.dash == "dash"
+    assert _trace(plot, "a train raw").line.color == _trace(plot, "a train").line.color
+
+
+def test_rank_curves_each_have_a_colour_and_are_smoothed_with_the_raw_faint_behind():
+    plot = LossPlot()
+    plot.on_fit_start({"run": "ddp", "start_step": 0})
+    for step in range(1, 21):
+        for rank in range(3):
+            loss = 1.0 + rank + (0.5 if step % 2 else -0.5)  # noisy: alternates around its mean
+            plot.on_step({"step": step, "loss": 2.0, "rank_loss": loss, "rank": rank})
+    plot.on_fit_end({"status": "finished"})
+    ranks = [_trace(plot, f"ddp rank {rank}") for rank in range(3)]
+    assert len({trace.line.color for trace in ranks}) == 3
+    raw = _trace(plot, "ddp rank 1 raw")
+    assert raw.visible and raw.opacity < 0.5 and raw.showlegend is False
+    assert max(ranks[1].y[5:]) - min(ranks[1].y[5:]) < 0.5 * (max(raw.y) - min(raw.y))
+
+
+def test_the_smoothing_slider_redraws_the_curves_and_zero_shows_the_raw_values():
+    plot = LossPlot(smoothing=0.9)
+    _fit(plot, "s", 30, loss=lambda step: float(step % 2))
+    smoothed = list(_trace(plot, "s train").y)
+    plot.smoothing_slider.value = 0.0  # what dragging the slider does
+    assert list(_trace(plot, "s train").y) == [float(step % 2) for step in range(1, 31)] != smoothed
+    assert _trace(plot, "s train raw").visible is False
+    with pytest.raises(ValueError, match=r"smoothing must be in \[0, 1\)"):
+        LossPlot(smoothing=1.0)
+
+
+def test_a_plot_drawn_before_it_is_shown_opens_in_the_browser_with_its_curves():
+    """Shown inside a VBox, plotly's FigureWidget never refreshed the state a browser view starts from: a
+    plot filled before its cell ended opened empty (seen in the browser test of notebook 02)."""
+    plot = LossPlot()
+    plot.plot_history("a", EVENTS)
+    plot.plot_history("b", EVENTS)  # the second run restyles the first: edits a new view must not replay
+    assert plot.figure._widget_data == []  # what a view would start from without the fix
+    plot._repr_mimebundle_()
+    shown = [trace["name"] for trace in plot.figure._widget_data]
+    assert shown == [trace.name for trace in plot.figure.data] and "a train" in shown
+    assert plot.figure._widget_layout["title"]["text"] == "Loss"

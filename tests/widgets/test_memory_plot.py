@@ -144,3 +144,17 @@ def test_reference_labels_are_checked(label, message):
 def test_constructor_arguments_are_checked(rate):
     with pytest.raises(ValueError, match="max_updates_per_s"):
         MemoryPlot(max_updates_per_s=rate)
+
+
+def test_a_single_process_bar_says_one_process_not_rank_0():
+    plot = MemoryPlot()
+    plot.on_fit_start({"world_size": 1, "start_step": 0})
+    plot.on_step(_step(0, _memory(1, 1, 2, 3)))
+    plot.flush()
+    assert plot.bars() == ["one process"]
+    assert plot.figure.layout.title.text == "memory in a training step"
+    plot.on_fit_start({"world_size": 2, "start_step": 0})
+    plot.on_step(_step(1, _memory(1, 1, 2, 3)))
+    plot.flush()
+    assert plot.bars() == ["rank 0", "rank 1"]
+    assert plot.figure.layout.title.text == "memory per rank in a training step"

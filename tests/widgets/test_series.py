@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from workbench.widgets.series import DownsampledSeries
+from workbench.widgets.series import DownsampledSeries, ema
 
 
 def _filled(n, max_points=1000, seed=0):
@@ -104,3 +104,16 @@ def test_extend_rejects_unequal_lengths():
 def test_max_points_must_be_an_integer_of_at_least_two(bad):
     with pytest.raises(ValueError, match="max_points"):
         DownsampledSeries(bad)
+
+
+def test_ema_matches_the_recurrence_with_debiasing():
+    values = [3.0, 1.0, 4.0, 1.0, 5.0]
+    w, last, expected = 0.7, 0.0, []
+    for i, y in enumerate(values, start=1):
+        last = w * last + (1 - w) * y
+        expected.append(last / (1 - w**i))
+    assert ema(values, w).tolist() == pytest.approx(expected)
+    assert ema(values, 0.0).tolist() == values
+    assert ema([], 0.5).size == 0
+    with pytest.raises(ValueError, match="smoothing must be in"):
+        ema(values, -0.1)

@@ -36,6 +36,47 @@ def read_cpu() -> Reading:
     }
 
 
+class ProcessReader:
+    """CPU use and resident memory of chosen processes (a launch's workers, one per rank) through psutil.
+
+    A process is primed on its first read (psutil measures CPU between two calls), so its first reading
+    has ``cpu_cores`` None. A process that has exited is left out.
+
+    Example:
+        >>> import os
+        >>> reader = ProcessReader()
+        >>> first = reader.read({0: os.getpid()})
+        >>> first[0]["rank"], first[0]["cpu_cores"], first[0]["rss"] > 0
+        (0, None, True)
+        >>> reader.read({0: os.getpid()})[0]["cpu_cores"] >= 0
+        True
+    """
+
+    def __init__(self) -> None:
+        self._processes: dict[int, psutil.Process] = {}
+
+    def read(self, ranks: dict[int, int]) -> list[Reading]:
+        """``{"rank", "pid", "cpu_cores", "rss"}`` for each rank → pid in `ranks` (cores: 1.0 = one busy)."""
+        readings = []
+        for rank, pid in sorted(ranks.items()):
+            try:
+                process = self._processes.get(pid)
+                primed = process is not None
+                if process is None:
+                    process = self._processes[pid] = psutil.Process(pid)
+                with process.oneshot():
+                    percent = process.cpu_percent(interval=None)
+                    rss = process.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                self._processes.pop(pid, None)
+                continue
+            cores = percent / 100.0 if primed else None
+            readings.append({"rank": rank, "pid": pid, "cpu_cores": cores, "rss": int(rss)})
+        for pid in set(self._processes) - set(ranks.values()):  # a finished run's workers
+            del self._processes[pid]
+        return readings
+
+
 class NvmlReader:
     """Per-GPU utilisation, memory, power, temperature and PCIe traffic through NVML.
 
@@ -88,6 +129,20 @@ class NvmlReader:
             return []
         assert self._handles is not None
         return [self._read_gpu(index, handle) for index, handle in enumerate(self._handles)]
+
+    def process_memory(self) -> dict[int, tuple[int, int]]:
+        """pid → (GPU index, bytes of GPU memory it uses) for the compute processes NVML lists; {} without
+        NVML (some drivers and containers do not show other processes: then they are missing)."""
+        if not self.open():
+            return {}
+        assert self._handles is not None and self._nvml is not None
+        used: dict[int, tuple[int, int]] = {}
+        for index, handle in enumerate(self._handles):
+            for process in self._optional(self._nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []:
+                memory = getattr(process, "usedGpuMemory", None)
+                if isinstance(memory, int):  # None when the driver does not say
+                    used[int(process.pid)] = (index, memory)
+        return used
 
     def close(self) -> None:
         """Shut NVML (a later `read` tries to open it again); `unavailable_reason` is kept."""

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from workbench._validate import check_int
-from workbench.monitor.readers import NvmlReader, read_cpu
+from workbench.monitor.readers import NvmlReader, ProcessReader, read_cpu
 
 Sample = dict[str, Any]
 _MAX_ERRORS = 100
@@ -50,6 +50,8 @@ class DeviceSampler:
         self.interval = float(interval)
         self._history: deque[Sample] = deque(maxlen=check_int("history", history, minimum=1))
         self._gpus = NvmlReader(nvml)
+        self._process_reader = ProcessReader()
+        self._ranks: Callable[[], dict[int, int]] | None = None
         self._subscribers: list[Callable[[Sample], None]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -104,9 +106,23 @@ class DeviceSampler:
 
         return unsubscribe
 
+    def watch(self, ranks: Callable[[], dict[int, int]] | None) -> None:
+        """Also sample each rank's process: `ranks()` gives rank → pid at each sample (a launch's workers
+        change from run to run); None stops. Adds ``"processes"`` to the samples (see `ProcessReader`),
+        with ``gpu_index``/``gpu_memory`` where NVML lists the process on a GPU."""
+        self._ranks = ranks
+
     def sample_once(self) -> Sample:
         """Read CPU and GPUs now (on the calling thread), without storing or publishing."""
-        return {"time": time.time(), "cpu": read_cpu(), "gpus": self._gpus.read()}
+        sample = {"time": time.time(), "cpu": read_cpu(), "gpus": self._gpus.read()}
+        if self._ranks is not None:
+            processes = self._process_reader.read(self._ranks())
+            on_gpus = self._gpus.process_memory() if sample["gpus"] else {}
+            for process in processes:
+                if process["pid"] in on_gpus:
+                    process["gpu_index"], process["gpu_memory"] = on_gpus[process["pid"]]
+            sample["processes"] = processes
+        return sample
 
     def start(self) -> None:
         """Start sampling; does nothing if already running."""

@@ -58,6 +58,7 @@ from workbench.parallel.process_group import BACKENDS, default_backend
 from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, CallbackList
+from workbench.train.progress import ConsoleProgress
 
 START_METHODS = ("forkserver", "spawn", "fork")
 _PRELOAD = ["workbench.parallel._worker"]  # imported once by the fork server: torch, torch.distributed
@@ -79,10 +80,11 @@ class WorkerFailed(RuntimeError):
         self.rank = rank
 
 
-def launch(fn: Callable[..., Any], nprocs: int, **options: Any) -> Any:
-    """Run ``fn(strategy, *args)`` on `nprocs` forked processes; return rank 0's return value.
+def launch(fn: Callable[..., Any], nprocs: int, *, progress: bool | None = None, **options: Any) -> Any:
+    """Run ``fn(strategy, *args)`` on `nprocs` processes; return rank 0's return value.
 
-    ``launch(fn, nprocs, **options)`` is ``Launch(fn, nprocs, **options).fit()``; the options:
+    ``launch(fn, nprocs, **options)`` is ``Launch(fn, nprocs, **options).fit()`` with a progress bar; the
+    options:
 
     Args:
         fn: the per-rank training function; its first argument is the strategy, bound to the process group
@@ -102,6 +104,8 @@ def launch(fn: Callable[..., Any], nprocs: int, **options: Any) -> Any:
         addr, port: the rendezvous address; the port defaults to a free one.
         timeout_s: how long a collective waits for a missing rank before failing.
         verbose: print one line saying what runs where (world size, backend, devices, port).
+        progress: a text progress bar of rank 0's steps with loss and lr, and each evaluation, on stderr
+            (in a notebook cell and a terminal alike); default: as `verbose`. A `Dashboard` shows more.
         start_method: ``"forkserver"`` (default: safe after anything; the first launch of a kernel also
             starts the server, about a second), ``"spawn"`` (a fresh interpreter per worker: slowest) or
             ``"fork"`` (fastest start and arguments shared copy-on-write, but it hangs if this process ran
@@ -120,6 +124,8 @@ def launch(fn: Callable[..., Any], nprocs: int, **options: Any) -> Any:
         >>> launch(world, nprocs=2, args=("hello",), verbose=False)
         'hello from rank 0 of 2'
     """
+    if progress if progress is not None else options.get("verbose", True):
+        options["callbacks"] = [*options.get("callbacks", ()), ConsoleProgress()]
     return Launch(fn, nprocs, **options).fit()
 
 

@@ -1,9 +1,9 @@
 """Live views of training: ipywidgets + plotly in a notebook, a tqdm bar in a terminal.
 
-`Dashboard` puts a progress bar, `LossPlot`, `DeviceMonitor` and controls together, with `MemoryPlot` and
-`PipelineTimeline` once the trainer reports memory or pipeline spans; `ConsoleProgress` is the text fallback.
-`HardwareInspector` and `Estimator` help choose hardware and a strategy. Names are imported on first use,
-so ``workbench.widgets.console`` needs no plotly.
+`Dashboard` puts a progress bar, `LossPlot`, `MetricPlot`, `DeviceMonitor` and controls together, with
+`MemoryPlot` and `PipelineTimeline` once the trainer reports memory or pipeline spans; `ConsoleProgress`
+(from `workbench.train.progress`, no plotly needed) is the text fallback. `HardwareInspector` and
+`Estimator` help choose hardware and a strategy. Names are imported on first use.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 from workbench._lazy import lazy_attributes
 
 _HOMES = {
-    "ConsoleProgress": "workbench.widgets.console",
+    "ConsoleProgress": "workbench.train.progress",
     "Dashboard": "workbench.widgets.dashboard",
     "DeviceMonitor": "workbench.widgets.device_monitor",
     "DownsampledSeries": "workbench.widgets.series",
     "Estimator": "workbench.widgets.estimator",
     "HardwareInspector": "workbench.widgets.hardware",
     "LossPlot": "workbench.widgets.loss_plot",
+    "MetricPlot": "workbench.widgets.metric_plot",
     "MemoryPlot": "workbench.widgets.memory_plot",
     "PipelineTimeline": "workbench.widgets.pipeline_timeline",
 }

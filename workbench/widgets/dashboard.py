@@ -31,9 +31,11 @@ from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.job import Job
 from workbench.widgets._display import widget_bundle
 from workbench.widgets._kernel import acknowledge_widget_message, running_cell_parent
+from workbench.widgets.deferred import DeferredCallbacks
 from workbench.widgets.device_monitor import DeviceMonitor
 from workbench.widgets.loss_plot import LossPlot
 from workbench.widgets.memory_plot import MemoryPlot
+from workbench.widgets.metric_plot import MetricPlot
 from workbench.widgets.pipeline_timeline import PipelineTimeline
 from workbench.widgets.throttle import Throttle
 
@@ -44,9 +46,13 @@ _GRACE_S = 5.0  # after an interrupt, how long a Launch's workers get to stop at
 class Dashboard(Callback):
     """Start/pause/stop a `Trainer` from a notebook and watch it: progress, loss curves, device use.
 
-    `memory_plot` (a `MemoryPlot`) and `timeline` (a `PipelineTimeline`) are subscribed too, and join the
-    dashboard below the other views when they first have something to draw: the first ``memory`` event,
-    the first pipeline step whose every stage reported its ``timeline``.
+    Below the controls: the loss curves (`loss_plot`), a metric chosen from a dropdown (`metric_plot`:
+    learning rate, gradient norm, each rank's samples/s, evaluation metrics) and `device_monitor`: the loss,
+    device utilisation and memory on one axis of seconds, with a line per worker for a `Launch`.
+    `memory_plot` (a `MemoryPlot`) and `timeline` (a `PipelineTimeline`) join below the other views when
+    they first have something to draw: the first ``memory`` event, the first pipeline step whose every
+    stage reported its ``timeline``. The views get the training events from a timer thread (the training
+    thread only queues them: `workbench.widgets.deferred`).
 
     Args:
         trainer: the job to drive, a `workbench.train.Job`: a `Trainer`, or a `workbench.parallel.Launch`;
@@ -87,8 +93,11 @@ class Dashboard(Callback):
         self.trainer = trainer
         self.control = trainer.control
         self.loss_plot = loss_plot if loss_plot is not None else LossPlot()
+        self.metric_plot = MetricPlot()
         self.sampler = DeviceSampler(interval=sample_interval) if monitor else None
-        self.device_monitor = DeviceMonitor() if monitor else None
+        self.device_monitor = DeviceMonitor(loss=True) if monitor else None
+        if self.sampler is not None and hasattr(trainer, "pids"):  # a Launch: sample each worker too
+            self.sampler.watch(lambda: dict(enumerate(trainer.pids)))
         self._thread: threading.Thread | None = None
         self._result: Any = None  # a FitResult, or rank 0's return value for a Launch
         self._error: BaseException | None = None
@@ -107,10 +116,10 @@ class Dashboard(Callback):
         self._awaiting_cell: dict[str, Any] | None = None  # the cell in wait_async, while it awaits
         self._views_lock = threading.Lock()  # the VBox's children: the timer and training threads add views
         self._build_widgets()
-        trainer.add_callback(self.loss_plot)
-        trainer.add_callback(self.memory_plot)
-        trainer.add_callback(self.timeline)
-        trainer.add_callback(self)
+        # the training thread only queues events; a timer thread hands them to the views (widgets/deferred.py)
+        views = [self.loss_plot, self.metric_plot, self.memory_plot, self.timeline, self.device_monitor, self]
+        self.views = DeferredCallbacks([v for v in views if v is not None], on_error=self._show_view_error)
+        trainer.add_callback(self.views)
 
     # ------------------------------------------------------------------ widgets
 
@@ -163,6 +172,7 @@ class Dashboard(Callback):
             ),
             self.error,
             self.loss_plot.widget,
+            self.metric_plot.widget,
         ]
         if self.device_monitor is not None:
             rows.append(self.device_monitor.widget)
@@ -170,6 +180,9 @@ class Dashboard(Callback):
         self.widget.add_class("workbench-dashboard")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        for view in (self.loss_plot, self.metric_plot, self.device_monitor, self.memory_plot, self.timeline):
+            if view is not None:
+                view.sync_for_display()
         return widget_bundle(self.widget, repr(self), **kwargs)
 
     def __repr__(self) -> str:
@@ -243,7 +256,7 @@ class Dashboard(Callback):
         """
         thread = self._started_thread()
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._awaiting_cell = running_cell_parent()
+        self._set_awaiting_cell(running_cell_parent())
         try:
             while thread.is_alive():
                 self._check_deadline(deadline, timeout)
@@ -251,8 +264,12 @@ class Dashboard(Callback):
         except (KeyboardInterrupt, asyncio.CancelledError):  # an interrupt cancels an awaiting cell
             self._stop_after_interrupt()
         finally:
-            self._awaiting_cell = None
+            self._set_awaiting_cell(None)
         return self._outcome()
+
+    def _set_awaiting_cell(self, parent: dict[str, Any] | None) -> None:
+        """Who the widgets' acknowledgements say "busy" for again (see widgets/_kernel.py)."""
+        self._awaiting_cell = self.loss_plot.awaiting_cell = self.metric_plot.awaiting_cell = parent
 
     def _started_thread(self) -> threading.Thread:
         if self._thread is None:
@@ -355,7 +372,10 @@ class Dashboard(Callback):
             f'white-space:pre-wrap"><b>Error</b>: {html.escape(message)}</div>'
         )
 
-    # ------------------------------------------------------------------ events (training thread)
+    def _show_view_error(self, view: Callback, error: Exception) -> None:
+        self._show_error(f"{type(view).__name__} could not draw: {type(error).__name__}: {error}")
+
+    # ------------------------------------------------------------------ events (the views' timer thread)
 
     def on_fit_start(self, info: Event) -> None:
         self._total_steps = info["total_steps"]

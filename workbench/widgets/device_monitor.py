@@ -8,12 +8,16 @@ A sample is the plain dict a `workbench.monitor` sampler passes to its subscribe
                "memory_total": 2**36, "power_w": 300.0, "temperature_c": 65.0,
                "pcie_tx_bytes_per_s": 1e9, "pcie_rx_bytes_per_s": 3e9}]}
 
-With no GPUs (no NVML) ``"gpus"`` is empty and only CPU and RAM are drawn.
+With no GPUs (no NVML) ``"gpus"`` is empty and only CPU and RAM are drawn. A sampler that watches a
+launch's workers adds ``"processes"``: each rank's CPU (cores busy) and resident memory, drawn as a line
+per rank beside the machine's. Given ``loss=True`` the monitor is also a training `Callback` and draws the
+loss in a row above, against the same seconds: one time axis for what the run did and what the devices did.
 """
 
 from __future__ import annotations
 
 import html
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,16 +26,20 @@ from typing import Any, Protocol
 import ipywidgets as widgets
 import plotly.colors
 import plotly.graph_objects as go
+import psutil
 from plotly.subplots import make_subplots
 
 from workbench._validate import check_positive
 from workbench.monitor import DeviceSampler
+from workbench.train.events import Callback, Event
 from workbench.widgets.live_figure import LiveFigure
 
 Sample = dict[str, Any]
 _COLORS = plotly.colors.qualitative.Plotly
 _CORE_COLOR = "rgba(120, 120, 120, 0.35)"
+_LOSS_COLOR = "#333333"  # the devices keep the palette: CPU is blue whether or not the loss row is there
 _GIB = 2**30
+_LOSS_POINTS_PER_S = 20  # the loss row keeps at most this many points a second (a step may take 1 ms)
 
 
 class Subscribable(Protocol):
@@ -43,7 +51,7 @@ class Subscribable(Protocol):
 @dataclass
 class _Line:
     name: str
-    panel: int  # 1: utilisation, 2: memory
+    panel: str  # "loss", "utilization" or "memory"
     group: str  # legend group: one per device, so a click hides both of its lines
     color: str
     width: float
@@ -51,20 +59,23 @@ class _Line:
     y: deque[float] = field(default_factory=deque)
 
 
-class DeviceMonitor(LiveFigure):
-    """Utilisation % and memory-used % per device against seconds since the first sample.
+class DeviceMonitor(LiveFigure, Callback):
+    """Utilisation % and memory-used % per device against seconds since the start, rows sharing that axis.
 
-    Left panel: average CPU utilisation and each GPU's (and each CPU core as a thin grey line with
-    `per_core`). Right panel: RAM and each GPU's memory. Only the last `window_s` seconds are kept and
-    drawn; a line of text above the plots shows the latest sample, with GPU power, temperature and PCIe
-    traffic when the sampler reports them. Samples only append to small deques; a timer thread redraws
-    at most `max_updates_per_s` times per second.
+    Utilisation row: average CPU utilisation, each GPU's, each watched rank's share of the CPU (and each
+    core as a thin grey line with `per_core`). Memory row: RAM, each GPU's memory, each rank's resident
+    memory (and GPU memory, where NVML lists it). With `loss`, a loss row on top from the training events.
+    The x axis covers the run so far, up to the last `window_s` seconds (older points are dropped); a line
+    of text above the plots shows the latest sample, with GPU power, temperature and PCIe traffic when the
+    sampler reports them. Samples only append to small deques; a timer thread redraws at most
+    `max_updates_per_s` times per second.
 
     Args:
         window_s: seconds of history shown and kept (> 0).
         max_updates_per_s: the most redraws per second (> 0).
         per_core: also draw one line per CPU core.
-        height: figure height in pixels.
+        loss: add the loss row (subscribe the monitor to a trainer; a `Dashboard` does).
+        height: figure height in pixels (default: 190 per row).
 
     Example:
         >>> monitor = DeviceMonitor(window_s=30)
@@ -82,21 +93,31 @@ class DeviceMonitor(LiveFigure):
         max_updates_per_s: float = 2,
         *,
         per_core: bool = False,
-        height: int = 300,
+        loss: bool = False,
+        height: int | None = None,
     ) -> None:
         self.window_s = check_positive("window_s", window_s)
         self.per_core = per_core
+        self._rows = {"loss": 1, "utilization": 2, "memory": 3} if loss else {"utilization": 1, "memory": 2}
+        titles = {"loss": "loss", "utilization": "utilization %", "memory": "memory used %"}
         figure = make_subplots(
-            rows=1, cols=2, subplot_titles=("utilization %", "memory used %"), horizontal_spacing=0.08
+            rows=len(self._rows),
+            cols=1,
+            shared_xaxes=True,
+            vertical_spacing=0.09,
+            subplot_titles=[titles[row] for row in self._rows],
         )
         figure.update_layout(
-            height=height,
-            margin={"l": 50, "r": 20, "t": 40, "b": 40},
+            height=height or 190 * len(self._rows) + 40,
+            margin={"l": 55, "r": 20, "t": 30, "b": 40},
             template="plotly_white",
             uirevision="devices",
+            legend={"orientation": "v", "x": 1.01, "y": 1},
         )
-        figure.update_xaxes(title_text="seconds", range=[0, self.window_s])
-        figure.update_yaxes(range=[0, 102])
+        figure.update_xaxes(range=[0, 1])
+        figure.update_xaxes(title_text="seconds since the start", row=len(self._rows), col=1)
+        for panel in ("utilization", "memory"):
+            figure.update_yaxes(range=[0, 102], row=self._rows[panel], col=1)
         self.summary = widgets.HTML(value="waiting for the first sample…")  # drawn under _figure_lock
         super().__init__(
             go.FigureWidget(figure), max_updates_per_s=max_updates_per_s, controls=[self.summary]
@@ -106,6 +127,7 @@ class DeviceMonitor(LiveFigure):
         # under _data_lock:
         self._lines: dict[str, _Line] = {}
         self._t0: float | None = None
+        self._now = 0.0  # seconds since _t0 of the latest sample or step
         self._latest: Sample | None = None
         # under _figure_lock:
         self._traces: dict[str, Any] = {}
@@ -118,19 +140,42 @@ class DeviceMonitor(LiveFigure):
         """Add one sample (a sampler subscriber: ``sampler.subscribe(monitor.update)``)."""
         values = list(self._values(sample))
         with self._data_lock:
-            if self._t0 is None:
-                self._t0 = float(sample["time"])
-            x = float(sample["time"]) - self._t0
-            for name, panel, group, value in values:
-                line = self._lines.get(name) or self._new_line(name, panel, group)
-                line.x.append(x)
-                line.y.append(value)
-            for line in self._lines.values():
-                while line.x and line.x[0] < x - self.window_s:
-                    line.x.popleft()
-                    line.y.popleft()
+            self._append(float(sample["time"]), values)
             self._latest = sample
         self._throttle.poke()
+
+    # ------------------------------------------------------------------ training events (loss=True)
+
+    def on_fit_start(self, info: Event) -> None:
+        with self._data_lock:
+            if self._t0 is None:
+                self._t0 = float(info.get("time", time.time()))
+
+    def on_step(self, metrics: Event) -> None:
+        if "loss" not in self._rows or metrics.get("rank", 0) != 0 or "time" not in metrics:
+            return
+        with self._data_lock:
+            loss = self._lines.get("loss")
+            at = float(metrics["time"])
+            if loss is not None and loss.x and at - self._t0 - loss.x[-1] < 1.0 / _LOSS_POINTS_PER_S:
+                return  # thin out: the row spans seconds, not steps
+            self._append(at, [("loss", "loss", "loss", float(metrics["loss"]))])
+        self._throttle.poke()
+
+    def _append(self, at: float, values: list[tuple[str, str, str, float]]) -> None:
+        """Add values taken at unix time `at`, drop what left the window (data lock held)."""
+        if self._t0 is None:
+            self._t0 = at
+        x = at - self._t0
+        for name, panel, group, value in values:
+            line = self._lines.get(name) or self._new_line(name, panel, group)
+            line.x.append(x)
+            line.y.append(value)
+        self._now = max(self._now, x)
+        for line in self._lines.values():
+            while line.x and line.x[0] < self._now - self.window_s:
+                line.x.popleft()
+                line.y.popleft()
 
     def start(self, interval: float = 0.5) -> DeviceMonitor:
         """Sample this machine's CPU and GPUs every `interval` seconds with a sampler of its own and draw
@@ -181,28 +226,46 @@ class DeviceMonitor(LiveFigure):
             unsubscribe()
         self._stop_and_flush()
 
-    def _values(self, sample: Sample) -> Iterator[tuple[str, int, str, float]]:
+    def _values(self, sample: Sample) -> Iterator[tuple[str, str, str, float]]:
         """(line name, panel, legend group, percent) for each value the sample reports."""
         cpu = sample.get("cpu") or {}
         if cpu.get("percent") is not None:
-            yield "CPU", 1, "CPU", float(cpu["percent"])
+            yield "CPU", "utilization", "CPU", float(cpu["percent"])
         if self.per_core:
             for i, percent in enumerate(cpu.get("per_core") or []):
-                yield f"core {i}", 1, "cores", float(percent)
+                yield f"core {i}", "utilization", "cores", float(percent)
         if cpu.get("ram_total"):
-            yield "RAM", 2, "CPU", 100.0 * cpu["ram_used"] / cpu["ram_total"]
+            yield "RAM", "memory", "CPU", 100.0 * cpu["ram_used"] / cpu["ram_total"]
+        gpu_totals = {}
         for gpu in sample.get("gpus") or []:
             name = f"GPU {gpu['index']}"
             if gpu.get("utilization") is not None:
-                yield name, 1, name, float(gpu["utilization"])
+                yield name, "utilization", name, float(gpu["utilization"])
             if gpu.get("memory_total"):
-                yield f"{name} memory", 2, name, 100.0 * gpu["memory_used"] / gpu["memory_total"]
+                gpu_totals[gpu["index"]] = gpu["memory_total"]
+                yield f"{name} memory", "memory", name, 100.0 * gpu["memory_used"] / gpu["memory_total"]
+        cores = len(cpu.get("per_core") or []) or psutil.cpu_count() or 1
+        for process in sample.get("processes") or []:
+            rank = f"rank {process['rank']}"
+            if process.get("cpu_cores") is not None:  # the share of the machine: the ranks add up to CPU
+                yield f"{rank} CPU", "utilization", rank, 100.0 * process["cpu_cores"] / cores
+            if cpu.get("ram_total") and process.get("rss") is not None:
+                yield f"{rank} RAM", "memory", rank, 100.0 * process["rss"] / cpu["ram_total"]
+            total = gpu_totals.get(process.get("gpu_index"))
+            if total and process.get("gpu_memory") is not None:
+                gpu = f"GPU {process['gpu_index']}"
+                yield f"{rank} {gpu} memory", "memory", rank, 100.0 * process["gpu_memory"] / total
 
-    def _new_line(self, name: str, panel: int, group: str) -> _Line:
+    def _new_line(self, name: str, panel: str, group: str) -> _Line:
         if group == "cores":
             color, width = _CORE_COLOR, 1.0
+        elif group == "loss":
+            color, width = _LOSS_COLOR, 2.0
         else:
-            groups = list(dict.fromkeys(line.group for line in self._lines.values() if line.group != "cores"))
+            own_colour = ("cores", "loss")
+            groups = list(
+                dict.fromkeys(line.group for line in self._lines.values() if line.group not in own_colour)
+            )
             index = groups.index(group) if group in groups else len(groups)
             color, width = _COLORS[index % len(_COLORS)], 2.0
         line = _Line(name, panel, group, color, width)
@@ -214,28 +277,31 @@ class DeviceMonitor(LiveFigure):
             with self._data_lock:
                 lines = [(line, list(line.x), list(line.y)) for line in self._lines.values()]
                 latest, t0 = self._latest, self._t0
-            if latest is None or t0 is None:
+                now = self._now
+            if t0 is None:
                 return
-            now = float(latest["time"]) - t0
-            x_range = [max(0.0, now - self.window_s), max(now, self.window_s)]
+            x_range = [max(0.0, now - self.window_s), max(now, 1.0)]  # the run so far, or the last window
             with self.figure.batch_update():
                 for line, x, y in lines:
                     trace = self._traces.get(line.name) or self._add_trace(line)
                     trace.x, trace.y = x, y
                 self.figure.update_xaxes(range=x_range)
-            self.summary.value = _summary(latest)
+            if latest is not None:
+                self.summary.value = _summary(latest)
 
     def _add_trace(self, line: _Line) -> Any:
+        unit = "%{y:.4g}" if line.panel == "loss" else "%{y:.1f} %"
+        rank = line.group.startswith("rank ")
         self.figure.add_scatter(
             name=line.name,
             legendgroup=line.group,
             showlegend=line.group != "cores",
-            mode="lines+markers",  # markers: a short run's few samples still show
-            line={"color": line.color, "width": line.width},
+            mode="lines" if line.panel == "loss" else "lines+markers",  # markers: a short run still shows
+            line={"color": line.color, "width": line.width, "dash": "dot" if rank else "solid"},
             marker={"color": line.color, "size": 3 if line.group == "cores" else 5},
-            hovertemplate=f"{line.name}<br>%{{x:.1f}} s<br>%{{y:.1f}} %<extra></extra>",
-            row=1,
-            col=line.panel,
+            hovertemplate=f"{line.name}<br>%{{x:.1f}} s<br>{unit}<extra></extra>",
+            row=self._rows[line.panel],
+            col=1,
         )
         trace = self.figure.data[-1]
         self._traces[line.name] = trace
@@ -244,6 +310,15 @@ class DeviceMonitor(LiveFigure):
 
 def _summary(sample: Sample) -> str:
     """The latest sample as one line of HTML."""
+    parts = _device_summary(sample)
+    for process in sample.get("processes") or []:
+        cores = process.get("cpu_cores")
+        busy = "" if cores is None else f"{cores:.2f} cores, "
+        parts.append(f"rank {process['rank']} {busy}{process['rss'] / _GIB:.2f} GiB")
+    return " · ".join(parts)
+
+
+def _device_summary(sample: Sample) -> list[str]:
     parts = []
     cpu = sample.get("cpu") or {}
     if cpu.get("percent") is not None:
@@ -265,4 +340,4 @@ def _summary(sample: Sample) -> str:
             facts.append(f"PCIe tx {tx / 1e9:.2f} rx {rx / 1e9:.2f} GB/s")
         label = f"GPU {gpu['index']}" + (f" {gpu['name']}" if gpu.get("name") else "")
         parts.append(f"<b>{html.escape(label)}</b> " + ", ".join(facts))
-    return " · ".join(parts)
+    return parts

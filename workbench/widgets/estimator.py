@@ -22,7 +22,7 @@ from workbench.estimate.hardware import Hardware, hardware_from_datasheet
 from workbench.estimate.plan import TrainingEstimate, estimate_training
 from workbench.parallel.registry import STRATEGIES
 from workbench.tables import html_table
-from workbench.widgets._display import widget_bundle
+from workbench.widgets._display import sync_figure_for_display, widget_bundle
 
 _COMPONENTS = ("params", "grads", "optimizer_state", "activations", "comm_buffers")
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
@@ -114,6 +114,7 @@ class Estimator:
         self.update()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        sync_figure_for_display(self.figure)
         return widget_bundle(self.widget, repr(self), **kwargs)
 
     def __repr__(self) -> str:

@@ -16,7 +16,7 @@ from workbench.devices import DeviceReport, GpuInfo, device_report
 from workbench.devices.datasheets import GpuDatasheet, find_datasheet
 from workbench.devices.microbench import HardwareBenchmark, benchmark_hardware
 from workbench.tables import html_table
-from workbench.widgets._display import widget_bundle
+from workbench.widgets._display import sync_figure_for_display, widget_bundle
 
 COMPARISON_HEADERS = ("device", "figure", "measured", "datasheet", "measured / datasheet")
 # measured row name → (datasheet field, factor from datasheet units to the measured unit)
@@ -77,6 +77,7 @@ class HardwareInspector:
         self._draw()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        sync_figure_for_display(self.figure)
         return widget_bundle(self.widget, repr(self), **kwargs)
 
     def __repr__(self) -> str:

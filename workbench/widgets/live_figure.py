@@ -16,7 +16,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from workbench._validate import check_positive
-from workbench.widgets._display import widget_bundle
+from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets.throttle import Throttle
 
 
@@ -37,9 +37,16 @@ class LiveFigure:
         self._figure_lock = threading.RLock()
         self.figure = figure
         self.widget = widgets.VBox([*controls, figure])
+        self.awaiting_cell: dict[str, Any] | None = None  # set by a Dashboard while a cell awaits it
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        self.sync_for_display()
         return widget_bundle(self.widget, repr(self), **kwargs)
+
+    def sync_for_display(self) -> None:
+        """Let a browser view opened now start from the figure as it is (see `sync_figure_for_display`)."""
+        with self._figure_lock:
+            sync_figure_for_display(self.figure)
 
     def flush(self) -> None:
         """Draw what is pending now, on this thread."""

@@ -1,9 +1,11 @@
 """Live loss curves for one or more runs: a plotly FigureWidget fed by training events, redrawn ≤ 4×/s.
 
-Each run gets a colour; its train loss is a solid line, val loss dashed, test loss markers; evaluation
-metrics other than the loss (accuracy, F1, your own) are dotted lines on a second axis at the right. Events
-only append to a `DownsampledSeries` (about a microsecond on the training thread); a `Throttle` timer thread
-redraws the figure from those series, so history length never slows training or the browser.
+One run: train, val and test each have a colour (blue, orange, green). Several runs: each run has a colour,
+train is solid, val dashed with markers, test markers. Evaluation metrics other than the loss (accuracy,
+F1, your own) are dotted lines on a second axis at the right, a colour per metric. Noisy curves (train,
+each rank's) are drawn smoothed (an EMA, the "smoothing" slider) with the raw curve faint behind. Events
+only append to a `DownsampledSeries` (about a microsecond); a `Throttle` timer thread redraws the figure
+from those series, so history length never slows training or the browser.
 """
 
 from __future__ import annotations
@@ -20,23 +22,17 @@ import plotly.graph_objects as go
 from workbench._validate import check_int
 from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.metrics_log import read_metrics
+from workbench.widgets._kernel import acknowledge_widget_message
 from workbench.widgets.live_figure import LiveFigure
-from workbench.widgets.series import DownsampledSeries
+from workbench.widgets.series import DownsampledSeries, ema
 
 SPLITS = ("train", "val", "test")
-_COLORS = plotly.colors.qualitative.Plotly
-_TRACE_STYLE: dict[str, dict[str, Any]] = {
-    "train": {"mode": "lines", "line": {"dash": "solid", "width": 2}},
-    "val": {"mode": "lines+markers", "line": {"dash": "dash", "width": 2}, "marker": {"size": 6}},
-    "test": {"mode": "markers", "marker": {"symbol": "x", "size": 9}},
-}
-_RANK_DASHES = ("dot", "dashdot", "longdash", "longdashdot")  # one per rank, repeating
-_METRIC_STYLE: dict[str, Any] = {
-    "mode": "lines+markers",
-    "line": {"dash": "dot", "width": 1.5},
-    "marker": {"size": 5, "symbol": "diamond"},
-    "yaxis": "y2",
-}
+_RUN_COLORS = plotly.colors.qualitative.Plotly  # several runs: a colour per run, a dash per split
+_SPLIT_COLORS = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}  # one run: a colour per split
+_METRIC_COLORS = ("#9467bd", "#d62728", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+_RANK_COLORS = ("#17becf", "#e377c2", "#bcbd22", "#7f7f7f", "#8c564b", "#d62728")  # not the splits'
+_RANK_DASHES = ("dot", "dashdot", "longdash", "longdashdot")  # several runs: one per rank, repeating
+_RAW_OPACITY = 0.25  # the unsmoothed curve behind a smoothed one
 
 
 @dataclass
@@ -62,6 +58,7 @@ class LossPlot(LiveFigure, Callback):
         max_points: the most points drawn per curve (older points are merged into means, ≥ 2).
         max_updates_per_s: the most redraws per second while training (> 0).
         log_y: start with a logarithmic loss axis (the "log y" toggle switches it).
+        smoothing: EMA weight in [0, 1) for the train and per-rank curves (the "smoothing" slider; 0: raw).
         height: figure height in pixels.
 
     Example:
@@ -81,14 +78,17 @@ class LossPlot(LiveFigure, Callback):
         max_points: int = 1000,
         max_updates_per_s: float = 4,
         log_y: bool = False,
-        height: int = 380,
+        smoothing: float = 0.6,
+        height: int = 420,
     ) -> None:
         self.max_points = check_int("max_points", max_points, minimum=2)
+        ema([], smoothing)  # checks it
         figure = go.FigureWidget(
             layout={
                 "height": height,
-                "margin": {"l": 60, "r": 20, "t": 30, "b": 45},
-                "xaxis": {"title": {"text": "step"}},
+                "title": {"text": "Loss", "x": 0.01, "y": 0.98, "font": {"size": 15}},
+                "margin": {"l": 60, "r": 60, "t": 35, "b": 40},
+                "xaxis": {"title": {"text": "optimizer step"}},
                 "yaxis": {"title": {"text": "loss"}, "type": "log" if log_y else "linear"},
                 "yaxis2": {
                     "title": {"text": "metric"},
@@ -96,7 +96,9 @@ class LossPlot(LiveFigure, Callback):
                     "side": "right",
                     "showgrid": False,
                     "visible": False,
+                    "tickformat": ".3~g",
                 },
+                "legend": {"orientation": "h", "x": 0, "y": -0.18, "yanchor": "top"},
                 "uirevision": "loss",  # keep the user's zoom across redraws
                 "template": "plotly_white",
             }
@@ -104,14 +106,28 @@ class LossPlot(LiveFigure, Callback):
         self.log_toggle = widgets.ToggleButton(
             value=log_y, description="log y", icon="line-chart", tooltip="logarithmic loss axis"
         )
+        self.smoothing_slider = widgets.FloatSlider(
+            value=smoothing,
+            min=0.0,
+            max=0.99,
+            step=0.01,
+            description="smoothing",
+            continuous_update=False,
+            tooltip="EMA weight for the train and per-rank curves (0: raw); the raw curve stays faint behind",
+        )
         self.log_toggle.observe(self._on_log_toggle, names="value")
-        super().__init__(figure, max_updates_per_s=max_updates_per_s, controls=[self.log_toggle])
+        self.smoothing_slider.observe(self._on_smoothing, names="value")
+        controls = widgets.HBox([self.log_toggle, self.smoothing_slider])
+        super().__init__(figure, max_updates_per_s=max_updates_per_s, controls=[controls])
         # under _data_lock:
         self._runs: dict[str, _Run] = {}
         self._current: _Run | None = None
         self._changed: set[tuple[str, str]] = set()  # (run, split) appended to since the last draw
+        self._metric_names: dict[str, int] = {}  # evaluation metric → its colour's index
         # under _figure_lock:
         self._traces: dict[tuple[str, str], Any] = {}
+        self._raw_traces: dict[tuple[str, str], Any] = {}  # the faint unsmoothed curve behind a smoothed one
+        self._several_runs_drawn = False  # the colour scheme the traces have now
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{name}: {count}" for name, count in self.point_counts().items())
@@ -225,6 +241,8 @@ class LossPlot(LiveFigure, Callback):
         with self._data_lock:
             run = self._current if self._current is not None else self._start_default_run()
             for name, value in values.items():
+                if name != "loss":
+                    self._metric_names.setdefault(name, len(self._metric_names))
                 curve = split if name == "loss" else f"{split} {name}"
                 if curve not in run.series:
                     run.series[curve] = DownsampledSeries(self.max_points)
@@ -251,49 +269,96 @@ class LossPlot(LiveFigure, Callback):
             name = f"run {number}"
         run = self._runs.get(name)
         if run is None:
-            run = _Run(name, _COLORS[len(self._runs) % len(_COLORS)], {})
+            run = _Run(name, _RUN_COLORS[len(self._runs) % len(_RUN_COLORS)], {})
             self._runs[name] = run
         if fresh or not run.series:
             run.series = {split: DownsampledSeries(self.max_points) for split in SPLITS}
             self._changed.update((name, split) for split in SPLITS)
         return run
 
+    @property
+    def smoothing(self) -> float:
+        """The EMA weight applied to the train and per-rank curves now (the slider's value)."""
+        return float(self.smoothing_slider.value)
+
+    def point_counts(self) -> dict[str, int]:
+        """Curve name → number of points drawn (the faint raw copies of smoothed curves not counted)."""
+        with self._figure_lock:
+            return {
+                trace.name: 0 if trace.x is None else len(trace.x)
+                for trace in self.figure.data
+                if trace.meta != "raw"
+            }
+
     def _draw(self) -> None:
         """Copy the changed curves (under the data lock, O(max_points) each) and send them to the figure."""
         with self._figure_lock:
             with self._data_lock:
+                several = len(self._runs) > 1
+                if several != self._several_runs_drawn:  # the second run came: colours go by run now
+                    self._changed.update(self._traces)
                 changed, self._changed = self._changed, set()
                 curves = [
                     (self._runs[name], split, *self._runs[name].series[split].points())
                     for name, split in changed
+                    if name in self._runs and split in self._runs[name].series
                 ]
+                metric_names = dict(self._metric_names)
             if not curves:
                 return
             order = {name: i for i, name in enumerate(self._runs)}
             curves.sort(key=lambda c: (order[c[0].name], _curve_order(c[1])))
+            smoothing = self.smoothing
             with self.figure.batch_update():
                 for run, split, x, y in curves:
+                    style = _curve_style(run, split, several=several, metric_names=metric_names)
                     trace = self._traces.get((run.name, split))
                     if trace is None:
                         if len(x) == 0:
                             continue
-                        trace = self._add_trace(run, split)
-                    trace.x, trace.y = x, y
+                        trace = self._add_trace(run, split, style)
+                    elif several != self._several_runs_drawn:
+                        _restyle(trace, style)
+                    if _smoothed(split):
+                        self._draw_smoothed(run, split, style, trace, x, y, smoothing)
+                    else:
+                        trace.x, trace.y = x, y
+                self._several_runs_drawn = several
 
-    def _add_trace(self, run: _Run, split: str) -> Any:
-        if split.startswith(("val ", "test ")):  # an evaluation metric: the right axis
-            style = _METRIC_STYLE
-            self.figure.layout.yaxis2.visible = True
+    def _draw_smoothed(
+        self, run: _Run, split: str, style: dict[str, Any], trace: Any, x: Any, y: Any, smoothing: float
+    ) -> None:
+        """The curve smoothed in `trace`, and the raw one faint behind it (hidden at smoothing 0)."""
+        raw = self._raw_traces.get((run.name, split))
+        if raw is None:
+            self.figure.add_scatter(
+                name=f"{run.name} {split} raw",
+                meta="raw",
+                legendgroup=run.name,
+                showlegend=False,
+                mode="lines",
+                line={"color": style["color"], "width": 1},
+                opacity=_RAW_OPACITY,
+                hoverinfo="skip",
+            )
+            raw = self.figure.data[-1]
+            self._raw_traces[(run.name, split)] = raw
         else:
-            style = _TRACE_STYLE.get(split) or _rank_style(int(split.split()[1]))
+            raw.line.color = style["color"]
+        raw.visible = smoothing > 0
+        raw.x, raw.y = x, y
+        trace.x, trace.y = x, ema(y, smoothing)
+
+    def _add_trace(self, run: _Run, split: str, style: dict[str, Any]) -> Any:
+        if style["yaxis"] == "y2":  # an evaluation metric: the right axis
+            self.figure.layout.yaxis2.visible = True
         self.figure.add_scatter(
             name=f"{run.name} {split}",
             legendgroup=run.name,
+            yaxis=style["yaxis"],
             mode=style["mode"],
-            line={**style.get("line", {}), "color": run.color},
-            marker={**style.get("marker", {}), "color": run.color},
-            opacity=style.get("opacity", 1.0),
-            yaxis=style.get("yaxis", "y"),
+            line={"color": style["color"], "dash": style["dash"], "width": style["width"]},
+            marker={"color": style["color"], "symbol": style["symbol"], "size": style["size"]},
             hovertemplate=f"{run.name} {split}<br>step %{{x:.0f}}<br>%{{y:.4g}}<extra></extra>",
         )
         trace = self.figure.data[-1]
@@ -305,6 +370,68 @@ class LossPlot(LiveFigure, Callback):
         with self._figure_lock, self.figure.batch_update():
             self.figure.layout.yaxis.type = axis_type
             self.figure.layout.yaxis.uirevision = axis_type  # drop a zoom taken on the other scale
+        acknowledge_widget_message(self.awaiting_cell)
+
+    def _on_smoothing(self, change: dict[str, Any]) -> None:
+        with self._data_lock:
+            self._changed.update(key for key in self._traces if _smoothed(key[1]))
+        self.flush()
+        acknowledge_widget_message(self.awaiting_cell)
+
+
+def _smoothed(curve: str) -> bool:
+    """Curves drawn through the EMA: the per-step ones (train, each rank's)."""
+    return curve == "train" or curve.startswith("rank ")
+
+
+def _curve_style(run: _Run, curve: str, *, several: bool, metric_names: dict[str, int]) -> dict[str, Any]:
+    """Colour, dash, width, mode, marker and axis of one curve (see the module docstring)."""
+    split, _, rest = curve.partition(" ")
+    if split == "rank":
+        rank = int(rest)
+        if several:
+            color, dash = run.color, _RANK_DASHES[rank % len(_RANK_DASHES)]
+        else:
+            color, dash = _RANK_COLORS[rank % len(_RANK_COLORS)], "solid"
+        return _style(color, "lines", dash=dash, width=1.3)
+    if rest:  # "val accuracy": an evaluation metric on the right axis
+        color = run.color if several else _METRIC_COLORS[metric_names.get(rest, 0) % len(_METRIC_COLORS)]
+        if split == "test":
+            return _style(color, "markers", symbol="x", size=8, yaxis="y2")
+        return _style(color, "lines+markers", dash="dot", width=1.5, symbol="diamond", size=6, yaxis="y2")
+    color = run.color if several else _SPLIT_COLORS[split]
+    if split == "train":
+        return _style(color, "lines", width=2)
+    if split == "val":
+        return _style(color, "lines+markers", dash="dash" if several else "solid", width=2.5, size=7)
+    return _style(color, "markers", symbol="x", size=10)
+
+
+def _style(
+    color: str,
+    mode: str,
+    *,
+    dash: str = "solid",
+    width: float = 2,
+    symbol: str = "circle",
+    size: float = 6,
+    yaxis: str = "y",
+) -> dict[str, Any]:
+    return {
+        "color": color,
+        "mode": mode,
+        "dash": dash,
+        "width": width,
+        "symbol": symbol,
+        "size": size,
+        "yaxis": yaxis,
+    }
+
+
+def _restyle(trace: Any, style: dict[str, Any]) -> None:
+    trace.mode = style["mode"]
+    trace.line = {"color": style["color"], "dash": style["dash"], "width": style["width"]}
+    trace.marker = {"color": style["color"], "symbol": style["symbol"], "size": style["size"]}
 
 
 def _curve_order(curve: str) -> tuple[int, int, str]:
@@ -315,8 +442,3 @@ def _curve_order(curve: str) -> tuple[int, int, str]:
     if first == "rank":
         return (len(SPLITS), int(rest), "")
     return (len(SPLITS) + 1, SPLITS.index(first), rest)
-
-
-def _rank_style(rank: int) -> dict[str, Any]:
-    dash = _RANK_DASHES[rank % len(_RANK_DASHES)]
-    return {"mode": "lines", "line": {"dash": dash, "width": 1}, "opacity": 0.6}

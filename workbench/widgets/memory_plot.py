@@ -22,7 +22,8 @@ PARTS = ("params", "grads", "optimizer_state", "activations")
 _NAMES = {"params": "parameters", "grads": "gradients", "optimizer_state": "optimizer state"}
 _COLORS = {"params": "#636EFA", "grads": "#EF553B", "optimizer_state": "#00CC96", "activations": "#AB63FA"}
 _MIB = 2**20
-_RANK_LABEL = re.compile(r"rank \d+")
+_RANK_LABEL = re.compile(r"rank \d+|one process")
+_TITLE = "memory per rank in a training step"
 
 
 class MemoryPlot(LiveFigure, Callback):
@@ -56,7 +57,7 @@ class MemoryPlot(LiveFigure, Callback):
             layout={
                 "height": height,
                 "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
-                "title": {"text": "memory per rank in a training step", "x": 0.01},
+                "title": {"text": _TITLE, "x": 0.01},
                 "barmode": "stack",
                 "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
                 "xaxis": {"type": "category"},
@@ -67,6 +68,7 @@ class MemoryPlot(LiveFigure, Callback):
         super().__init__(figure, max_updates_per_s=max_updates_per_s)
         # under _data_lock:
         self._memory: dict[int, dict[str, Any]] = {}  # rank → its latest memory dict
+        self._single_process = False  # the fit said world_size 1: one bar, not "rank 0"
         self._references: dict[str, dict[str, Any]] = {}  # label → memory dict, drawn before the ranks
         self._changed = False
         # under _figure_lock:
@@ -114,6 +116,8 @@ class MemoryPlot(LiveFigure, Callback):
     # ------------------------------------------------------------------ events (training thread)
 
     def on_fit_start(self, info: Event) -> None:
+        with self._data_lock:
+            self._single_process = info.get("world_size") == 1
         self._throttle.start()
 
     def on_step(self, metrics: Event) -> None:
@@ -138,12 +142,18 @@ class MemoryPlot(LiveFigure, Callback):
                     return
                 self._changed = False
                 rows = list(self._references.items())
-                rows += [(f"rank {rank}", memory) for rank, memory in sorted(self._memory.items())]
+                ranks = sorted(self._memory.items())
+                if self._single_process and len(ranks) == 1:  # no ranks to tell apart: no "rank 0"
+                    rows += [("one process", ranks[0][1])]
+                else:
+                    rows += [(f"rank {rank}", memory) for rank, memory in ranks]
+                title = "memory in a training step" if self._single_process else _TITLE
             if not rows:
                 return
             labels = [label for label, _ in rows]
             peaks = [(label, m["cuda_peak"]) for label, m in rows if m.get("cuda_peak") is not None]
             with self.figure.batch_update():
+                self.figure.layout.title.text = title
                 for part in PARTS:
                     trace = self._bars.get(part) or self._add_bar(part)
                     values = [memory[part] for _, memory in rows]

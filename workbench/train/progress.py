@@ -1,4 +1,5 @@
-"""The text fallback for terminals and CI logs: a tqdm bar with loss, lr and the last evaluation."""
+"""Progress as text, for terminals, CI logs and a blocking `launch` in a notebook: a tqdm bar with loss, lr
+and the last evaluation. It needs no widgets, so any layer may print it (`workbench train`, `launch`)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class ConsoleProgress(Callback):
         )
 
     def on_step(self, metrics: Event) -> None:
-        if self._bar is None:
+        if self._bar is None or metrics.get("rank", 0) != 0:  # a launch relays every rank's steps
             return
         self._bar.update(metrics["step"] - self._bar.n)
         self._bar.set_postfix(
