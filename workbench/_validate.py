@@ -14,12 +14,13 @@ def check_choice(field: str, value: object, allowed: Iterable[object]) -> None:
         raise ValueError(f"{field}={value!r} is not supported; allowed values: {names}")
 
 
-def check_int(field: str, value: object, *, minimum: int) -> int:
-    """Return `value` if it is an int ≥ `minimum`, else raise ValueError."""
+def check_int(field: str, value: object, *, minimum: int, maximum: int | None = None) -> int:
+    """Return `value` if it is an int ≥ `minimum` (and ≤ `maximum`), else raise ValueError."""
+    rule = f"≥ {minimum}" if maximum is None else f"in {minimum}..{maximum:,}"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{field} must be an integer ≥ {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{field} must be an integer ≥ {minimum}, got {value}")
+        raise ValueError(f"{field} must be an integer {rule}, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{field} must be an integer {rule}, got {value}")
     return value
 
 

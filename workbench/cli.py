@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -166,7 +167,16 @@ def _doctor(args: argparse.Namespace) -> int:
 def _kernel_install(args: argparse.Namespace) -> int:
     from workbench.kernelspec import install_kernelspec
 
-    path = install_kernelspec(user=args.user, prefix=args.prefix)
+    try:
+        path = install_kernelspec(user=args.user, prefix=args.prefix)
+    except OSError as error:  # a prefix that cannot be created or written
+        where = args.prefix or ("your user's Jupyter directory" if args.user else sys.prefix)
+        print(
+            f"workbench kernel install: error: cannot write the kernelspec under {where} "
+            f"({error.strerror or error}); choose a writable --prefix, or --user",
+            file=sys.stderr,
+        )
+        return 2
     print(f"installed kernelspec 'workbench' in {path} (runs {sys.executable})")
     return 0
 
@@ -176,6 +186,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from workbench.presets import PRESETS
     from workbench.tables import text_table
+    from workbench.train.run_lock import RunInUseError
 
     if args.list or args.preset is None:
         print(text_table(["preset", "what"], [[name, p.description] for name, p in PRESETS.items()]))
@@ -188,7 +199,7 @@ def _train(args: argparse.Namespace) -> int:
         if args.strategy == "single":
             return _train_here(args, strategy=None)
         return _train_distributed(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, RunInUseError) as error:
         print(f"workbench train: error: {error}", file=sys.stderr)
         return 2
 
@@ -286,6 +297,7 @@ def _train_distributed(args: argparse.Namespace) -> int:
     experiment = _experiment(args)  # checked here, before any process starts
     strategy.validate(experiment.model, experiment.config, world_size=args.nnodes * args.nproc_per_node)
     if args.nnodes > 1 or args.print_command:
+        _check_endpoint(args.master_addr, args.master_port)
         print(_torchrun_command(args))
         return 0
 
@@ -296,6 +308,17 @@ def _train_distributed(args: argparse.Namespace) -> int:
 
 
 _LAUNCHER_FLAGS = ("--strategy", "--nproc-per-node", "--nnodes", "--master-addr", "--master-port")
+
+
+def _check_endpoint(host: str, port: int) -> None:
+    """A host name or IP address and a TCP port, before they go into a command people paste."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]*|\[?[0-9A-Fa-f:.]+\]?", host):
+        raise ValueError(
+            f"--master-addr must be a host name or IP address of the first machine, got {host!r}; "
+            "e.g. node0, node0.cluster.local or 10.0.0.1"
+        )
+    if not 1 <= port <= 65535:
+        raise ValueError(f"--master-port must be a TCP port in 1..65535, got {port}; the default is 29500")
 
 
 def _torchrun_command(args: argparse.Namespace) -> str:
@@ -318,8 +341,8 @@ def _torchrun_command(args: argparse.Namespace) -> str:
         f"--nnodes {args.nnodes}",
         f"--nproc-per-node {args.nproc_per_node}",
         "--rdzv-backend c10d",
-        f"--rdzv-endpoint {endpoint}",
-        f"--rdzv-id {args.run_name or args.preset}",
+        f"--rdzv-endpoint {shlex.quote(endpoint)}",
+        f"--rdzv-id {shlex.quote(args.run_name or args.preset)}",
         "-m workbench",
         shlex.join([*kept, "--strategy", args.strategy]),
     ]

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from workbench._validate import check_int
 from workbench.data.datasets import Dataset
 
 SPLIT_NAMES = ("train", "val", "test")
@@ -131,6 +132,8 @@ def split_indices(
     rounding go to train, when they sum to less the rest is left out (a quick way to subsample).
     """
     fractions = _checked_fractions(fractions)
+    check_int("seed", seed, minimum=0)
+    check_int("n", n, minimum=0)
     order = torch.from_numpy(np.random.default_rng(seed).permutation(n).astype(np.int64))
     n_val, n_test = (int(f * n) for f in fractions[1:])
     n_train = n - n_val - n_test if abs(sum(fractions) - 1.0) < 1e-9 else int(fractions[0] * n)

@@ -63,6 +63,7 @@ from workbench.train.progress import ConsoleProgress
 START_METHODS = ("forkserver", "spawn", "fork")
 _PRELOAD = ["workbench.parallel._worker"]  # imported once by the fork server: torch, torch.distributed
 _POLL_S = 0.05
+MAX_TIMEOUT_S = 7 * 24 * 3600
 _TERMINATE_GRACE_S = 3.0
 _COLLECT_ERRORS_S = 1.0  # after a failure, how long to wait for the other ranks' reports
 # Errors a rank raises because *another* rank went away; they are consequences, not causes.
@@ -142,7 +143,7 @@ class Launch:
         fn: Callable[..., Any],
         nprocs: int,
         *,
-        args: Iterable[Any] = (),
+        args: tuple[Any, ...] | list[Any] = (),
         strategy: DistributedStrategy | None = None,
         model: torch.nn.Module | None = None,
         config: TrainConfig | None = None,
@@ -158,6 +159,11 @@ class Launch:
     ) -> None:
         if not callable(fn):
             raise ValueError(f"fn must be a function taking the strategy first, got {fn!r}")
+        if isinstance(args, str | bytes) or not isinstance(args, tuple | list):
+            raise ValueError(
+                f"args must be a tuple or list of the arguments fn takes after the strategy, got "
+                f"{type(args).__name__} {args!r}; for one argument write args=({args!r},)"
+            )
         self.fn, self.args = fn, tuple(args)
         self.nprocs = check_int("nprocs", nprocs, minimum=1)
         self.backend = default_backend(nprocs) if backend is None else backend
@@ -173,9 +179,14 @@ class Launch:
             if threads_per_process is None
             else check_int("threads_per_process", threads_per_process, minimum=1)
         )
-        self.addr = addr
+        self.addr = _check_addr(addr)
         self.port = _check_port(addr, port)
         self.timeout_s = check_positive("timeout_s", timeout_s)
+        if self.timeout_s > MAX_TIMEOUT_S:
+            raise ValueError(
+                f"timeout_s must be at most {MAX_TIMEOUT_S:,} s (a week), got {timeout_s!r}; a collective "
+                "that waits longer than that is a hang to report, not a wait"
+            )
         self.model = model
         self.config = config if config is not None else TrainConfig()
         if strategy is not None and not isinstance(strategy, DistributedStrategy):
@@ -501,6 +512,20 @@ def free_port(addr: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((addr, 0))
         return sock.getsockname()[1]
+
+
+def _check_addr(addr: str) -> str:
+    """`addr` if this machine can resolve it (the rendezvous binds or connects there)."""
+    if not isinstance(addr, str) or not addr:
+        raise ValueError(f"addr must be a host name or IP address, got {addr!r}; the default is 127.0.0.1")
+    try:
+        socket.getaddrinfo(addr, None)
+    except (socket.gaierror, UnicodeError) as error:
+        raise ValueError(
+            f"addr={addr!r} does not resolve to an address on this machine ({error}); use 127.0.0.1 for "
+            "processes on this machine, or the first machine's host name or IP address"
+        ) from None
+    return addr
 
 
 def _check_port(addr: str, port: int | None) -> int | None:

@@ -19,6 +19,9 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "linear")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
+MAX_LR = 1e3  # a learning rate above this is a typo (1e3 vs 1e-3), not a setting
+MAX_BATCH_SIZE = 2**31 - 1  # torch indexes a batch with int32 in places
+MAX_SEED = 2**32 - 1  # numpy and CUDA generators take 32-bit seeds
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         check_choice("name", self.name, OPTIMIZERS)
-        _check_number("lr", self.lr, above=0)
+        _check_number("lr", self.lr, above=0, at_most=MAX_LR)
         _check_number("momentum", self.momentum, at_least=0, below=1)
         _check_number("weight_decay", self.weight_decay, at_least=0)
         if not isinstance(self.nesterov, bool):
@@ -119,14 +122,14 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
-        check_int("batch_size", self.batch_size, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1, maximum=MAX_BATCH_SIZE)
         if not isinstance(self.optimizer, OptimizerConfig):
             raise ValueError(f"optimizer must be an OptimizerConfig, got {type(self.optimizer).__name__}")
         check_choice("precision", self.precision, PRECISIONS)
         _check_number("clip_norm", self.clip_norm, at_least=0)
         _check_number("clip_value", self.clip_value, at_least=0)
         check_int("accumulate", self.accumulate, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         check_int("log_every", self.log_every, minimum=1)
         check_int("checkpoint_every", self.checkpoint_every, minimum=1)
         check_choice("device", self.device, DEVICES)
@@ -167,8 +170,11 @@ def _check_number(
     above: float | None = None,
     at_least: float | None = None,
     below: float | None = None,
+    at_most: float | None = None,
 ) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and at_most is not None:
+        ok = value <= at_most
     if ok and above is not None:
         ok = value > above
     if ok and at_least is not None:
@@ -183,4 +189,6 @@ def _check_number(
             bounds.append(f"≥ {at_least:g}")
         if below is not None:
             bounds.append(f"< {below:g}")
+        if at_most is not None:
+            bounds.append(f"≤ {at_most:g}")
         raise ValueError(f"{name} must be a finite number {' and '.join(bounds)}, got {value!r}")

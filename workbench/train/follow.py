@@ -7,12 +7,13 @@
 
 The job's rank 0 writes ``runs/<run>/metrics.jsonl`` (`MetricsLog`); this reads new complete lines every
 `interval` seconds in a daemon thread and calls the callbacks' hooks with the same dicts the trainer sent. A
-log started over (a fresh fit under the same name) is read from its beginning again.
+log started over (a fresh fit under the same name) is read from its beginning again. A malformed line (cut
+short by a killed writer, garbage) is skipped and counted (`Follower.skipped`), and a callback that raises
+is recorded (`Follower.errors`): following goes on either way.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Iterable
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from workbench._validate import check_positive
 from workbench.train.events import Callback, CallbackList
-from workbench.train.metrics_log import METRICS_FILE
+from workbench.train.metrics_log import METRICS_FILE, parse_line
 
 _HEAD_BYTES = 256
 _HOOKS = {"fit_start": "on_fit_start", "step": "on_step", "eval": "on_eval", "fit_end": "on_fit_end"}
@@ -34,6 +35,8 @@ class Follower:
         self.events = CallbackList(callbacks)
         self.interval = check_positive("interval", interval)
         self.finished = threading.Event()  # a fit_end was read
+        self.skipped = 0  # malformed lines passed over
+        self.errors: list[str] = []  # callbacks that raised, as "hook: Type: message"
         self._stop = threading.Event()
         self._offset = 0
         self._partial = b""
@@ -72,16 +75,26 @@ class Follower:
             data = self._partial + file.read()
             self._offset = file.tell()
         *lines, self._partial = data.split(b"\n")
-        lines = [line for line in lines if line.strip()]
+        delivered = 0
         for line in lines:
-            self._deliver(json.loads(line))
-        return len(lines)
+            if not line.strip():
+                continue
+            record = parse_line(line)
+            if record is None:
+                self.skipped += 1
+                continue
+            self._deliver(record)
+            delivered += 1
+        return delivered
 
     def _deliver(self, record: dict) -> None:
         kind = record.pop("event", None)
         if kind not in _HOOKS:
             return
-        getattr(self.events, _HOOKS[kind])(record)
+        try:
+            getattr(self.events, _HOOKS[kind])(record)
+        except Exception as error:  # a broken view must not end the following
+            self.errors.append(f"{_HOOKS[kind]}: {type(error).__name__}: {error}")
         if kind == "fit_end":
             self.finished.set()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ from workbench.train.run_dir import (
     restore_training_state,
     resume_path,
 )
+from workbench.train.run_lock import RunLock
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy, StrategyBase
 from workbench.train.supervision import current_supervision
 
@@ -199,6 +201,7 @@ class Trainer:
         self.epoch = 0
         self._position = 0  # micro-batches of the current epoch already used
         self.lr = self.config.optimizer.lr
+        self._resume_changes = ""  # the optimizer settings a resume changed, as one line
         self.clip_norm = self.config.clip_norm
         self.clip_value = self.config.clip_value
         self.checkpoint: Path | None = None
@@ -227,13 +230,35 @@ class Trainer:
         """Train until the configured epochs are done or a stop is requested.
 
         Args:
-            resume: ``True`` continues from this run's checkpoint (fresh start if there is none yet);
-                a path continues from that checkpoint. Resuming on CPU continues bit-identically.
+            resume: ``True`` continues from this run's checkpoint (a run that never started starts
+                fresh; one that logged but never saved is refused); a path continues from that checkpoint.
+                Optimizer settings the config changes apply and are reported. Resuming on CPU continues
+                bit-identically.
 
         Raises:
             NonFiniteLossError: the loss became NaN/inf; the last good checkpoint stays as it was.
+            RunInUseError: another live process is fitting this run name (it is named).
+            ValueError: the checkpoint does not fit (config, optimizer kind, model) or is not readable.
         """
         started = time.perf_counter()
+        lock = self._lock_run_dir()
+        try:
+            status = self._fit(resume)
+        finally:
+            if lock is not None:
+                lock.release()
+        train = self._last.get("train", {})
+        return FitResult(
+            status=status,
+            step=self.step,
+            epoch=self.epoch,
+            seconds=time.perf_counter() - started,
+            train_loss=train.get("loss"),
+            metrics={k: v for k, v in self._last.items() if k != "train"},
+            checkpoint=self.checkpoint,
+        )
+
+    def _fit(self, resume: bool | str | os.PathLike) -> str:
         self._start(resume)
         status = "finished"
         try:
@@ -248,16 +273,20 @@ class Trainer:
             self.events.on_fit_end(self._summary("failed", error))
             raise
         self.events.on_fit_end(self._summary(status, None))
-        train = self._last.get("train", {})
-        return FitResult(
-            status=status,
-            step=self.step,
-            epoch=self.epoch,
-            seconds=time.perf_counter() - started,
-            train_loss=train.get("loss"),
-            metrics={k: v for k, v in self._last.items() if k != "train"},
-            checkpoint=self.checkpoint,
-        )
+        return status
+
+    def _lock_run_dir(self) -> RunLock | None:
+        """Rank 0 of a named run holds its directory for the fit: a second fit on it is refused."""
+        if self.run_dir is None or not self.strategy.is_main:
+            return None
+        lock = RunLock(self.run_dir.path)
+        lock.acquire()
+        if lock.took_over:
+            print(
+                f"{self.run_dir.path}: took over the lock of a run that is gone ({lock.took_over})",
+                file=sys.stderr,
+            )
+        return lock
 
     def evaluate(self, split: str = "val") -> dict[str, float]:
         """Mean loss and metrics (accuracy for classification, and the `metrics` given) of the model on
@@ -386,6 +415,7 @@ class Trainer:
             "total_steps": self.total_steps,
             "start_step": self.step,
             "config": self.config.to_dict(),
+            **({"resume_changes": self._resume_changes} if self._resume_changes else {}),
         }
 
     def _summary(self, status: str, error: BaseException | None) -> Event:
@@ -419,15 +449,19 @@ class Trainer:
     def _start(self, resume: bool | str | os.PathLike) -> None:
         path = resume_path(resume, self.run_dir)
         self._memory = None
+        self._resume_changes = ""
         if path is None:
             self.step = self.epoch = self._position = 0
             # ranks on different data draw different dropout masks; ranks sharing data (tensor parallel)
             # draw the same ones, so their replicated activations stay equal
             torch.manual_seed(self.config.seed + self.strategy.data_rank)
         else:
-            where = restore_training_state(
+            resumed = restore_training_state(
                 path, self.strategy, self.model, self.optimizer, self.scaler, self.config
             )
+            where, self._resume_changes = resumed.where, resumed.describe()
+            if self._resume_changes and self.strategy.is_main:
+                print(f"resuming from {path} with new settings: {self._resume_changes}", file=sys.stderr)
             self.step, self.epoch, self._position = where.step, where.epoch, where.position
             self.lr, self.clip_norm, self.clip_value = where.lr, where.clip_norm, where.clip_value
             self.checkpoint = path

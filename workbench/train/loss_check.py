@@ -58,7 +58,14 @@ def non_finite_message(
         hints.append("clipping (clip_norm)")
     if precision != "fp32":
         hints.append("precision='fp32'")
+    if first == last:
+        memory = f"the model in memory holds the weights after step {last - 1}"
+    else:  # the steps before the check already updated the weights, possibly from a non-finite loss
+        memory = (
+            f"steps {first}-{last - 1} had already updated the weights, so the model in memory may hold "
+            "non-finite values"
+        )
     return (
-        f"training loss became {value} {where}, epoch {epoch}; training stopped before the "
-        f"optimizer step and {kept}. Try " + " or ".join(hints) + "."
+        f"training loss became {value} {where}, epoch {epoch}; training stopped before the optimizer "
+        f"step of step {last}; {memory}; {kept}. Try " + " or ".join(hints) + "."
     )

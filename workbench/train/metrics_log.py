@@ -9,6 +9,7 @@ import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import IO, Any
 
@@ -72,9 +73,39 @@ def read_metrics(run: str | os.PathLike, kind: str | None = None) -> list[Event]
     kinds = ("fit_start", "step", "eval", "fit_end")
     if kind is not None and kind not in kinds:
         raise ValueError(f"kind={kind!r} is not supported; allowed values: {', '.join(map(repr, kinds))}")
-    with path.open(encoding="utf-8") as file:
-        events = [json.loads(line) for line in file if line.strip()]
-    return [e for e in events if kind is None or e["event"] == kind]
+    events, bad = [], []
+    with path.open("rb") as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            event = parse_line(line)
+            if event is None:
+                bad.append(number)
+            elif kind is None or event["event"] == kind:
+                events.append(event)
+    if bad:
+        shown = ", ".join(map(str, bad[:5])) + (" …" if len(bad) > 5 else "")
+        warnings.warn(
+            f"{path}: skipped {len(bad)} malformed line(s) (line {shown}): not a JSON event, e.g. cut short "
+            "by a killed writer",
+            stacklevel=2,
+        )
+    return events
+
+
+def parse_line(line: bytes | str) -> Event | None:
+    """One line of a metrics log as an event dict, or None when it is not one (bad UTF-8 or JSON, not an
+    object, no ``"event"`` key): a reader skips such lines rather than failing.
+
+    Example:
+        >>> parse_line('{"event": "step", "step": 3}'), parse_line('{"event": "st'), parse_line("[1]")
+        ({'event': 'step', 'step': 3}, None, None)
+    """
+    try:
+        record = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("event"), str) else None
 
 
 def _jsonable(value: Any) -> Any:

@@ -8,6 +8,7 @@ from typing import IO
 
 from tqdm import tqdm
 
+from workbench._validate import check_nonnegative
 from workbench.train.events import Callback, Event, evaluation_metrics
 
 
@@ -26,7 +27,7 @@ class ConsoleProgress(Callback):
 
     def __init__(self, file: IO[str] | None = None, mininterval: float = 0.5) -> None:
         self.file = file if file is not None else sys.stderr
-        self.mininterval = mininterval
+        self.mininterval = check_nonnegative("mininterval", mininterval)
         self._bar: tqdm | None = None
 
     def on_fit_start(self, info: Event) -> None:

@@ -7,11 +7,17 @@ The `Trainer` decides *when* to save; this module decides *what* a checkpoint is
 - `LoopPosition` is where the loop stands (step, epoch, micro-batches used, lr and clipping in force);
 - `capture_training_state` / `restore_training_state` turn model, optimizer, scaler, position and every
   rank's RNG state into a checkpoint and back;
-- `check_resumable` refuses a checkpoint whose data order or step count differs from the config's.
+- `check_resumable` refuses a checkpoint whose data order or step count differs from the config's, or that
+  another kind of optimizer wrote;
+- the resume rule for optimizer settings: a value the new config changes (lr, weight decay, betas,
+  momentum, Nesterov, schedule, warm-up) applies from the first resumed step, and the change is reported
+  (`ResumedState.changes`, printed and logged in ``fit_start``); an unchanged one keeps what was in force
+  at the save (an lr a dashboard set, say).
 
 Example:
     >>> import tempfile
     >>> from workbench.train.config import TrainConfig
+from workbench.train.metrics_log import METRICS_FILE
     >>> run = RunDir.named("demo", runs_dir=tempfile.mkdtemp())
     >>> run.latest_checkpoint() is None
     True
@@ -37,6 +43,7 @@ import torch
 
 from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import TrainConfig
+from workbench.train.metrics_log import METRICS_FILE
 from workbench.train.strategy import Strategy
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -61,6 +68,11 @@ class RunDir:
         """``runs_dir/run``; `run` must be a plain name (no '/', not '.' or '..')."""
         if not isinstance(run, str) or not run or "/" in run or run in (".", ".."):
             raise ValueError(f"run must be a non-empty name without '/', got {run!r}")
+        if any(ord(c) < 32 or c == "\x7f" for c in run) or len(run.encode()) > 200:
+            raise ValueError(
+                f"run must be a name of printable characters, at most 200 bytes (a directory name), got "
+                f"{run[:40]!r}{'…' if len(run) > 40 else ''} ({len(run.encode())} bytes)"
+            )
         return cls(Path(runs_dir) / run)
 
     @property
@@ -130,6 +142,24 @@ def capture_training_state(
     }
 
 
+# Optimizer settings a resume may change (each applies from the first resumed step and is reported).
+CHANGEABLE_ON_RESUME = ("lr", "weight_decay", "betas", "momentum", "nesterov", "schedule", "warmup_steps")
+_PARAM_GROUP_KEYS = ("weight_decay", "betas", "momentum", "nesterov")  # lr is set at every step
+
+
+@dataclass(frozen=True)
+class ResumedState:
+    """What `restore_training_state` found: where the loop stood, and the optimizer settings the new config
+    changes (name → (at the save, now))."""
+
+    where: LoopPosition
+    changes: dict[str, tuple[Any, Any]]
+
+    def describe(self) -> str:
+        """The changes as one line, e.g. ``lr 0.003 → 0.0001, weight_decay 0.0 → 0.5``; "" when none."""
+        return ", ".join(f"{name} {was!r} → {now!r}" for name, (was, now) in self.changes.items())
+
+
 def restore_training_state(
     path: Path,
     strategy: Strategy,
@@ -137,14 +167,34 @@ def restore_training_state(
     optimizer: torch.optim.Optimizer,
     scaler: Any,
     config: TrainConfig,
-) -> LoopPosition:
+) -> ResumedState:
     """Load the checkpoint at `path` into model, optimizer, scaler and this rank's RNGs, after checking it
-    fits `config` (`check_resumable`); returns where the loop stood."""
+    fits `config` (`check_resumable`); returns where the loop stood and the optimizer settings `config`
+    changes, which are applied (see the module docstring)."""
     state = load_checkpoint(path, map_location=strategy.device)
+    missing = [key for key in ("model", "optimizer", "config", "step", "epoch") if key not in state]
+    if missing:
+        raise ValueError(f"{path} is not a workbench checkpoint: it has no {', '.join(missing)}")
     saved = TrainConfig.from_dict(state["config"])
     check_resumable(path, saved, state.get("data_shards", 1), config, strategy.data_world_size)
-    strategy.load_model_state(model, state["model"])
+    try:
+        strategy.load_model_state(model, state["model"])
+    except RuntimeError as error:  # another architecture: missing/unexpected keys, size mismatches
+        details = "; ".join(line.strip() for line in str(error).splitlines()[1:4] if line.strip())
+        raise ValueError(
+            f"cannot resume from {path}: its weights do not fit this model ({details}); build the model the "
+            "checkpoint was trained with, or start a new run"
+        ) from None
     strategy.load_optimizer_state(model, optimizer, state["optimizer"])
+    changes = {
+        name: (getattr(saved.optimizer, name), getattr(config.optimizer, name))
+        for name in CHANGEABLE_ON_RESUME
+        if getattr(saved.optimizer, name) != getattr(config.optimizer, name)
+    }
+    for group in optimizer.param_groups:  # the loaded state brought the old values back: the new ones win
+        for name in _PARAM_GROUP_KEYS:
+            if name in changes and name in group:
+                group[name] = changes[name][1]
     if scaler is not None and state["scaler"] is not None:
         scaler.load_state_dict(state["scaler"])
     rank_rngs = state.get("rank_rngs") or []
@@ -152,9 +202,11 @@ def restore_training_state(
     torch.set_rng_state(rng.cpu())
     if strategy.device.type == "cuda" and state["cuda_rng"]:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
-    return LoopPosition(
-        state["step"], state["epoch"], state["position"], state["lr"], state["clip_norm"], state["clip_value"]
+    lr = config.optimizer.lr if "lr" in changes else state["lr"]
+    where = LoopPosition(
+        state["step"], state["epoch"], state["position"], lr, state["clip_norm"], state["clip_value"]
     )
+    return ResumedState(where, changes)
 
 
 def check_resumable(
@@ -162,7 +214,14 @@ def check_resumable(
 ) -> None:
     """Raise ValueError if a checkpoint trained with `saved` on `saved_shards` data shards cannot go on
     with `config` on `shards`: the data order or step count would change (epochs may only grow; the
-    number of ranks may change when batch_size × shards stays the same)."""
+    number of ranks may change when batch_size × shards stays the same), or another optimizer kind wrote
+    it (its state would not fit)."""
+    if saved.optimizer.name != config.optimizer.name:
+        raise ValueError(
+            f"cannot resume from {path}: it was trained with optimizer {saved.optimizer.name!r} and the "
+            f"config asks for {config.optimizer.name!r}, whose state differs; resume with "
+            f"optimizer {saved.optimizer.name!r} (other settings such as lr may change), or start a new run"
+        )
     for name in RESUME_MUST_MATCH:
         was, now = getattr(saved, name), getattr(config, name)
         if name == "epochs" and was <= now:
@@ -182,10 +241,22 @@ def check_resumable(
 
 
 def resume_path(resume: bool | str | os.PathLike, run_dir: RunDir | None) -> Path | None:
-    """The checkpoint ``fit(resume=...)`` continues from: ``True``, the run's own (None before its first
-    save: a fresh start); a path, that file; ``False``, none."""
+    """The checkpoint ``fit(resume=...)`` continues from: ``True``, the run's own (None for a run that never
+    started: a fresh start; refused for a run that logged but never saved, so its log is not rewritten); a
+    path, that file; ``False``, none."""
     if resume is True:
         if run_dir is None:
             raise ValueError("resume=True needs a run name (Trainer(..., run='name')); or pass a path")
-        return run_dir.latest_checkpoint()
+        checkpoint = run_dir.checkpoint_path
+        if checkpoint.is_file():
+            return checkpoint
+        if checkpoint.exists():
+            raise ValueError(f"cannot resume: {checkpoint} is not a file; move it away or start a new run")
+        if (run_dir.path / METRICS_FILE).exists():  # a run that never saved: resuming would start it over
+            raise ValueError(
+                f"nothing to resume in {run_dir.path}: it has a metrics log but no {CHECKPOINT_FILE} (the "
+                "run stopped before its first save); fit without resume to start it over (its metrics.jsonl "
+                "is then rewritten), or train under another run name"
+            )
+        return None  # a run that never started: nothing to lose, a fresh start
     return Path(resume) if resume else None

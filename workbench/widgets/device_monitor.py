@@ -29,10 +29,10 @@ import plotly.graph_objects as go
 import psutil
 from plotly.subplots import make_subplots
 
-from workbench._validate import check_positive
+from workbench._validate import check_int, check_positive
 from workbench.monitor import DeviceSampler
 from workbench.train.events import Callback, Event
-from workbench.widgets.live_figure import LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 
 Sample = dict[str, Any]
 _COLORS = plotly.colors.qualitative.Plotly
@@ -97,6 +97,8 @@ class DeviceMonitor(LiveFigure, Callback):
         height: int | None = None,
     ) -> None:
         self.window_s = check_positive("window_s", window_s)
+        if height is not None:
+            check_int("height", height, minimum=MIN_HEIGHT)
         self.per_core = per_core
         self._rows = {"loss": 1, "utilization": 2, "memory": 3} if loss else {"utilization": 1, "memory": 2}
         titles = {"loss": "loss", "utilization": "utilization %", "memory": "memory used %"}

@@ -19,6 +19,8 @@ from workbench._validate import check_positive
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets.throttle import Throttle
 
+MIN_HEIGHT = 50  # pixels: a figure any smaller shows nothing (every view checks its `height`)
+
 
 class LiveFigure:
     """A plotly `figure` shown in an ipywidgets VBox below `controls`, redrawn by the subclass's `_draw`.

@@ -23,7 +23,7 @@ from workbench._validate import check_int
 from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.metrics_log import read_metrics
 from workbench.widgets._kernel import acknowledge_widget_message
-from workbench.widgets.live_figure import LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 from workbench.widgets.series import DownsampledSeries, ema
 
 SPLITS = ("train", "val", "test")
@@ -82,6 +82,7 @@ class LossPlot(LiveFigure, Callback):
         height: int = 420,
     ) -> None:
         self.max_points = check_int("max_points", max_points, minimum=2)
+        check_int("height", height, minimum=MIN_HEIGHT)
         ema([], smoothing)  # checks it
         figure = go.FigureWidget(
             layout={

@@ -14,9 +14,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from workbench._validate import check_nonnegative
+from workbench._validate import check_int, check_nonnegative
 from workbench.train.events import Callback, Event
-from workbench.widgets.live_figure import LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 
 PARTS = ("params", "grads", "optimizer_state", "activations")
 _NAMES = {"params": "parameters", "grads": "gradients", "optimizer_state": "optimizer state"}
@@ -53,6 +53,7 @@ class MemoryPlot(LiveFigure, Callback):
     """
 
     def __init__(self, *, max_updates_per_s: float = 4, height: int = 320) -> None:
+        check_int("height", height, minimum=MIN_HEIGHT)
         figure = go.FigureWidget(
             layout={
                 "height": height,

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from workbench._validate import check_int
 from workbench.parallel.timeline import KINDS, StepTimeline
 from workbench.train.events import Callback, Event
-from workbench.widgets.live_figure import LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 
 _COLORS = plotly.colors.qualitative.Plotly  # one per micro-batch, repeating
 _KIND_STYLE: dict[str, dict[str, Any]] = {
@@ -60,6 +60,7 @@ class PipelineTimeline(LiveFigure, Callback):
     """
 
     def __init__(self, *, max_pending: int = 8, max_updates_per_s: float = 4, height: int = 300) -> None:
+        check_int("height", height, minimum=MIN_HEIGHT)
         self.max_pending = check_int("max_pending", max_pending, minimum=1)
         figure = go.FigureWidget(
             layout={
