@@ -115,6 +115,8 @@ API = [
     (lambda: _launch(threads_per_process=0), ValueError, r"threads_per_process must be an integer ≥ 1"),
     (lambda: _launch(start_method="thread"), ValueError, r"start_method='thread' is not supported"),
     (lambda: _launch(strategy="ddp"), ValueError, r"strategy must be a distributed strategy"),
+    (lambda: __import__("workbench.parallel").parallel.launch(print, 10**6), ValueError, r"would thrash"),
+    (lambda: _trainer(run="x", runs_dir="/proc/nope").fit(), OSError, r"cannot write the run directory"),
     # widgets
     (lambda: _widget("MemoryPlot", height=-5), ValueError, r"height must be an integer ≥ 50, got -5"),
     (lambda: _widget("LossPlot", height=10), ValueError, r"height must be an integer ≥ 50"),
@@ -155,6 +157,8 @@ CLI = [
     ),
     (["train", "digits-mlp", "--strategy", "ddp", "--nproc-per-node", "0"], r"--nproc-per-node must be ≥ 1"),
     (["kernel", "install", "--prefix", "/proc/nope"], r"cannot write the kernelspec under /proc/nope"),
+    (["train", "digits-mlp", "--run", "x", "--runs-dir", "/proc/nope"], r"cannot write the run directory"),
+    (["train", "digits-mlp", "--strategy", "ddp", "--nnodes", "2", "--join-timeout", "0"], r"--join-timeout"),
 ]
 
 
@@ -166,7 +170,7 @@ def test_bad_command_lines_exit_2_with_one_clear_line_and_no_traceback(argv, wor
             "-m",
             "workbench",
             *argv,
-            *(["--runs-dir", str(tmp_path)] if argv[0] == "train" else []),
+            *(["--runs-dir", str(tmp_path)] if argv[0] == "train" and "--runs-dir" not in argv else []),
         ],
         capture_output=True,
         text=True,

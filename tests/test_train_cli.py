@@ -49,7 +49,7 @@ def test_resume_continues_a_stopped_run(tmp_path, capsys):
     ("args", "message"),
     [
         (["--lr", "-1"], "lr must be a finite number > 0"),
-        (["--batch-size", "0"], "batch_size must be an integer ≥ 1"),
+        (["--batch-size", "0"], "batch_size must be an integer in 1.."),
         (["--threads", "0"], "--threads must be ≥ 1"),
         (["--n-samples", "-5"], "n_samples"),
     ],
@@ -145,3 +145,26 @@ def test_backend_is_chosen_on_the_command_line_and_kept_in_the_torchrun_command(
         assert "nprocs=2 but torch sees" in capsys.readouterr().err
     assert main([*argv[:-1], "gloo", "--nnodes", "2", "--master-addr", "node0"]) == 0
     assert "--backend gloo" in capsys.readouterr().out
+
+
+def test_the_printed_command_pasted_on_one_machine_of_two_stops_after_the_join_timeout(tmp_path, free_port):
+    """What a user does: print the command, paste it into a shell; the second machine never comes."""
+    import os
+    import time
+
+    argv = ["train", "digits-mlp", "--strategy", "ddp", "--nnodes", "2", "--nproc-per-node", "1"]
+    argv += ["--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--join-timeout", "5"]
+    printed = subprocess.run([sys.executable, "-m", "workbench", *argv], capture_output=True, text=True)
+    assert printed.returncode == 0, printed.stderr
+    assert "not joined within 5 s, torchrun stops with RendezvousTimeoutError" in printed.stdout
+    path = f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"  # the venv's torchrun
+    started = time.monotonic()
+    pasted = subprocess.run(
+        ["bash", "-c", printed.stdout],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PATH": path},
+    )
+    assert pasted.returncode != 0 and "RendezvousTimeoutError" in pasted.stderr
+    assert time.monotonic() - started < 5 + 30  # not torchrun's default of 600 s

@@ -149,6 +149,12 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     ddp.add_argument("--nnodes", type=int, default=1, help="machines; > 1 prints the torchrun command")
     ddp.add_argument("--master-addr", default="127.0.0.1", help="rendezvous host (the first machine)")
     ddp.add_argument("--master-port", type=int, default=29500, help="rendezvous port")
+    ddp.add_argument(
+        "--join-timeout",
+        type=int,
+        default=300,
+        help="seconds the printed torchrun command waits for every machine to join (default 300)",
+    )
     ddp.add_argument("--print-command", action="store_true", help="print the torchrun command and exit")
     train.set_defaults(command="train", run=_train)
 
@@ -199,7 +205,7 @@ def _train(args: argparse.Namespace) -> int:
         if args.strategy == "single":
             return _train_here(args, strategy=None)
         return _train_distributed(args)
-    except (ValueError, FileNotFoundError, RunInUseError) as error:
+    except (ValueError, OSError, RunInUseError) as error:  # OSError: a run directory it cannot write
         print(f"workbench train: error: {error}", file=sys.stderr)
         return 2
 
@@ -298,6 +304,8 @@ def _train_distributed(args: argparse.Namespace) -> int:
     strategy.validate(experiment.model, experiment.config, world_size=args.nnodes * args.nproc_per_node)
     if args.nnodes > 1 or args.print_command:
         _check_endpoint(args.master_addr, args.master_port)
+        if not 1 <= args.join_timeout <= 86400:
+            raise ValueError(f"--join-timeout must be 1..86400 seconds, got {args.join_timeout}")
         print(_torchrun_command(args))
         return 0
 
@@ -307,7 +315,14 @@ def _train_distributed(args: argparse.Namespace) -> int:
     return launch(train, args.nproc_per_node, strategy=strategy, backend=args.backend)
 
 
-_LAUNCHER_FLAGS = ("--strategy", "--nproc-per-node", "--nnodes", "--master-addr", "--master-port")
+_LAUNCHER_FLAGS = (
+    "--strategy",
+    "--nproc-per-node",
+    "--nnodes",
+    "--master-addr",
+    "--master-port",
+    "--join-timeout",
+)
 
 
 def _check_endpoint(host: str, port: int) -> None:
@@ -343,13 +358,16 @@ def _torchrun_command(args: argparse.Namespace) -> str:
         "--rdzv-backend c10d",
         f"--rdzv-endpoint {shlex.quote(endpoint)}",
         f"--rdzv-id {shlex.quote(args.run_name or args.preset)}",
+        f"--rdzv-conf join_timeout={args.join_timeout}",
         "-m workbench",
         shlex.join([*kept, "--strategy", args.strategy]),
     ]
     machines = "this machine" if args.nnodes == 1 else f"each of the {args.nnodes} machines"
     return (
         f"# run on {machines}; {args.master_addr} must be reachable from all of them "
-        f"(port {args.master_port} open):\n" + " \\\n    ".join(words)
+        f"(port {args.master_port} open). If a machine has not joined within {args.join_timeout} s, "
+        "torchrun stops with RendezvousTimeoutError: run the command on every machine, check the "
+        f"address and port, or give --join-timeout more seconds:\n" + " \\\n    ".join(words)
     )
 
 

@@ -64,6 +64,7 @@ START_METHODS = ("forkserver", "spawn", "fork")
 _PRELOAD = ["workbench.parallel._worker"]  # imported once by the fork server: torch, torch.distributed
 _POLL_S = 0.05
 MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_PROCESSES_PER_CORE = 4
 _TERMINATE_GRACE_S = 3.0
 _COLLECT_ERRORS_S = 1.0  # after a failure, how long to wait for the other ranks' reports
 # Errors a rank raises because *another* rank went away; they are consequences, not causes.
@@ -166,6 +167,13 @@ class Launch:
             )
         self.fn, self.args = fn, tuple(args)
         self.nprocs = check_int("nprocs", nprocs, minimum=1)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        most = max(MAX_PROCESSES_PER_CORE * cores, 16)
+        if nprocs > most:
+            raise ValueError(
+                f"nprocs={nprocs} processes on {cores} CPU cores would thrash this machine; use at most "
+                f"{most} here, or run more ranks across machines (torchrun)"
+            )
         self.backend = default_backend(nprocs) if backend is None else backend
         check_choice("backend", self.backend, BACKENDS)
         if self.backend == "nccl" and nprocs > torch.cuda.device_count():
@@ -173,7 +181,6 @@ class Launch:
                 f"nprocs={nprocs} but torch sees {torch.cuda.device_count()} GPU(s) and nccl needs one "
                 f"per process; use nprocs ≤ {torch.cuda.device_count()}, or backend='gloo' for CPU processes"
             )
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         self.threads = (
             max(1, cores // nprocs)
             if threads_per_process is None

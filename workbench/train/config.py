@@ -43,7 +43,7 @@ class OptimizerConfig:
         >>> OptimizerConfig("sgd", lr=0)
         Traceback (most recent call last):
         ...
-        ValueError: lr must be a finite number > 0, got 0
+        ValueError: lr must be a finite number > 0 and ≤ 1000, got 0
     """
 
     name: str = "adam"

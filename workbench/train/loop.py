@@ -280,7 +280,13 @@ class Trainer:
         if self.run_dir is None or not self.strategy.is_main:
             return None
         lock = RunLock(self.run_dir.path)
-        lock.acquire()
+        try:
+            lock.acquire()
+        except OSError as error:  # no such directory, read-only, permission denied
+            raise OSError(
+                f"cannot write the run directory {self.run_dir.path} ({error.strerror or error}); "
+                "choose runs_dir= on a writable disk, or train without run=",
+            ) from None
         if lock.took_over:
             print(
                 f"{self.run_dir.path}: took over the lock of a run that is gone ({lock.took_over})",

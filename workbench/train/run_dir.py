@@ -17,7 +17,6 @@ The `Trainer` decides *when* to save; this module decides *what* a checkpoint is
 Example:
     >>> import tempfile
     >>> from workbench.train.config import TrainConfig
-from workbench.train.metrics_log import METRICS_FILE
     >>> run = RunDir.named("demo", runs_dir=tempfile.mkdtemp())
     >>> run.latest_checkpoint() is None
     True
