@@ -26,6 +26,7 @@ import re
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from workbench.parallel.registry import DISTRIBUTED, STRATEGIES, strategy_spec
@@ -33,8 +34,10 @@ from workbench.parallel.registry import DISTRIBUTED, STRATEGIES, strategy_spec
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["torchrun"]:  # torchrun's own arguments, passed through untouched
+        return _torchrun(argv[1:])
+    parser = _parser()
     args = parser.parse_args(argv)
     args.argv = argv
     if args.command is None:
@@ -65,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     install.set_defaults(command="kernel install", run=_kernel_install)
 
     _add_train(commands)
+
+    runs = commands.add_parser("runs", help="the runs under a runs directory, and what differs between two")
+    runs.add_argument("--runs-dir", default="runs", help="where the runs are (default: runs)")
+    runs.add_argument(
+        "--diff", nargs=2, metavar=("A", "B"), help="the config fields that differ between A and B"
+    )
+    runs.set_defaults(command="runs", run=_runs)
 
     bench = commands.add_parser("bench", help="benchmarks that print measured ratios")
     bench_commands = bench.add_subparsers(title="benchmarks", metavar="WHAT", required=True)
@@ -132,6 +142,13 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="run name: metrics, config and checkpoints go to RUNS_DIR/RUN/",
     )
     train.add_argument("--runs-dir", default="runs")
+    train.add_argument(
+        "--log",
+        choices=["tensorboard"],
+        action="append",
+        default=[],
+        help="also log to TensorBoard, in RUNS_DIR/tensorboard/RUN (needs the tensorboard extra)",
+    )
     train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
     ddp = train.add_argument_group(f"several processes (--strategy {', '.join(DISTRIBUTED)})")
     ddp.add_argument("--strategy", choices=tuple(STRATEGIES), default="single")
@@ -167,6 +184,35 @@ def _doctor(args: argparse.Namespace) -> int:
         print(json.dumps(dataclasses.asdict(report), indent=2, default=str))
     else:
         print(report)
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from workbench.tables import text_table
+    from workbench.train.runs import RUN_COLUMNS, config_diff, list_runs
+
+    try:
+        runs = list_runs(args.runs_dir)
+    except FileNotFoundError as error:
+        print(f"workbench runs: error: {error}", file=sys.stderr)
+        return 2
+    if args.diff is None:
+        print(text_table(RUN_COLUMNS, [run.row() for run in runs]) if runs else f"no runs in {args.runs_dir}")
+        return 0
+    by_name = {run.name: run for run in runs}
+    missing = [name for name in args.diff if name not in by_name]
+    if missing:
+        known = ", ".join(by_name) or "none"
+        print(
+            f"workbench runs: error: no run {missing[0]!r} in {args.runs_dir}; runs: {known}", file=sys.stderr
+        )
+        return 2
+    differ = config_diff([by_name[name] for name in args.diff])
+    if not differ:
+        print(f"{args.diff[0]} and {args.diff[1]} have the same config")
+        return 0
+    rows = [[name, *(json.dumps(value) for value in values)] for name, values in differ.items()]
+    print(text_table(["config field", *args.diff], rows))
     return 0
 
 
@@ -247,12 +293,17 @@ def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None)
 
     experiment = _experiment(args) if experiment is None else experiment
     main = strategy is None or strategy.is_main
+    callbacks: list[Any] = [ConsoleProgress()] if main else []
+    if "tensorboard" in args.log and main:
+        from workbench.train.loggers import TensorBoardLogger
+
+        callbacks.append(TensorBoardLogger(Path(args.runs_dir) / "tensorboard"))
     trainer = Trainer(
         experiment.model,
         experiment.loss_fn,
         experiment.splits,
         experiment.config,
-        callbacks=[ConsoleProgress()] if main else [],
+        callbacks=callbacks,
         run=args.run_name,
         runs_dir=args.runs_dir,
         strategy=strategy,
@@ -325,6 +376,41 @@ _LAUNCHER_FLAGS = (
 )
 
 
+def _torchrun(argv: list[str]) -> int:
+    """``workbench torchrun ARGS``: torchrun with ARGS, ending in one line when machines do not all join."""
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+    from torch.distributed.run import main as torchrun_main
+
+    try:
+        torchrun_main(argv)
+    except RendezvousTimeoutError:
+        endpoint = _option(argv, "--rdzv-endpoint", "--rdzv_endpoint") or "the rendezvous endpoint"
+        conf = _option(argv, "--rdzv-conf", "--rdzv_conf") or ""
+        timeout = next(
+            (part.split("=", 1)[1] for part in conf.split(",") if part.startswith("join_timeout=")), "600"
+        )
+        nodes = _option(argv, "--nnodes") or "all"
+        print(
+            f"workbench torchrun: error: not all {nodes} machines joined the rendezvous at {endpoint} within "
+            f"{timeout} s; run the same command on each machine, check that {endpoint} is reachable from "
+            "them (host name, open port, firewall), or give --join-timeout more seconds",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+def _option(argv: list[str], *names: str) -> str | None:
+    """The value of option `names` in `argv` (``--name value`` or ``--name=value``), or None."""
+    for index, word in enumerate(argv):
+        for name in names:
+            if word == name and index + 1 < len(argv):
+                return argv[index + 1]
+            if word.startswith(f"{name}="):
+                return word.split("=", 1)[1]
+    return None
+
+
 def _check_endpoint(host: str, port: int) -> None:
     """A host name or IP address and a TCP port, before they go into a command people paste."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]*|\[?[0-9A-Fa-f:.]+\]?", host):
@@ -352,7 +438,7 @@ def _torchrun_command(args: argparse.Namespace) -> str:
             kept.append(word)
     endpoint = f"{args.master_addr}:{args.master_port}"
     words = [
-        "torchrun",
+        "workbench torchrun",  # torchrun, with one clear line when not every machine joins
         f"--nnodes {args.nnodes}",
         f"--nproc-per-node {args.nproc_per_node}",
         "--rdzv-backend c10d",
@@ -365,9 +451,8 @@ def _torchrun_command(args: argparse.Namespace) -> str:
     machines = "this machine" if args.nnodes == 1 else f"each of the {args.nnodes} machines"
     return (
         f"# run on {machines}; {args.master_addr} must be reachable from all of them "
-        f"(port {args.master_port} open). If a machine has not joined within {args.join_timeout} s, "
-        "torchrun stops with RendezvousTimeoutError: run the command on every machine, check the "
-        f"address and port, or give --join-timeout more seconds:\n" + " \\\n    ".join(words)
+        f"(port {args.master_port} open); the run waits {args.join_timeout} s for every machine to join "
+        "(--join-timeout):\n" + " \\\n    ".join(words)
     )
 
 

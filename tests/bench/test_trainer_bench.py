@@ -10,12 +10,18 @@ def test_small_benchmark_measures_every_row():
     result = benchmark_trainer(repeats=1, epochs=1, n_samples=256, history=500)
     assert result.steps == 2  # 230 training samples, batch 128
     timings = (result.hand_written_s, result.trainer_s, result.hand_loader_s, result.trainer_loader_s)
-    assert min(*timings, result.dashboard_s, result.background_s) > 0
+    assert min(*timings, result.dashboard_s, result.background_s, result.logged_s) > 0
     assert result.loader_ratio == result.trainer_loader_s / result.hand_loader_s
     assert result.dashboard_us_per_step_mean > 0 and result.history_points == 500
     assert 0 <= result.sampler_core_fraction < 1
     table = result.table()
-    rows = ("hand-written loop", "Trainer over a torch Dataset", "Trainer + Dashboard", "device sampler")
+    rows = (
+        "hand-written loop",
+        "Trainer over a torch Dataset",
+        "Trainer + logs",
+        "Trainer + Dashboard",
+        "device sampler",
+    )
     assert all(row in table for row in rows)
 
 

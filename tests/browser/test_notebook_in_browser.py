@@ -40,6 +40,16 @@ def test_every_notebook_runs_in_the_browser_without_errors_and_with_filled_plots
 
 def _check_optimizers(page) -> None:
     _assert_dashboard_shows_what_the_kernel_holds(page, "02_optimizers")
+    outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+    line = next(t for t in outputs if "points of each run:" in t)
+    expected = ast.literal_eval(line.split("points of each run:", 1)[1].strip().splitlines()[0])
+    browser = page.locator(".workbench-runs")
+    browser.scroll_into_view_if_needed()
+    in_page = browser.locator(".js-plotly-plot").first.evaluate(
+        "plot => Object.fromEntries(plot.data.filter(t => t.meta !== 'raw').map(t => [t.name, t.x.length]))"
+    )
+    assert in_page == expected, f"runs browser in the page {in_page} != the kernel's {expected}"
+    assert "lr=0.5" in browser.locator("table").first.inner_text()  # the runs table
 
 
 def _check_data_parallel(page) -> None:

@@ -9,6 +9,8 @@ Measured in one process, alternating the variants and taking the median of `repe
 - ``Trainer``: `workbench.train.Trainer` with no callbacks;
 - the same two over a torch ``TensorDataset`` of the same tensors, batched by a ``DataLoader`` (the path
   for your own data), against each other: what the Trainer adds to a loader-bound loop;
+- ``Trainer + logs``: the Trainer writing its run directory (``metrics.jsonl``, checkpoints) and TensorBoard
+  files (when the ``tensorboard`` extra is installed), against the Trainer without;
 - ``Trainer + Dashboard``: the same with a `Dashboard` attached (loss plot, progress, device sampler at 2 Hz),
   `Dashboard.fit` (training on this thread);
 - ``... in the background``: the same through `Dashboard.start` + `wait`, i.e. training in a second thread
@@ -49,6 +51,7 @@ class TrainerBenchmark:
     hand_loader_s: float
     trainer_loader_s: float
     dashboard_s: float
+    logged_s: float  # the Trainer writing metrics.jsonl and checkpoints (a run name) and TensorBoard files
     background_s: float
     dashboard_us_per_step_mean: float
     dashboard_us_per_step_max: float
@@ -79,6 +82,11 @@ class TrainerBenchmark:
         return self.trainer_loader_s / self.hand_loader_s
 
     @property
+    def logged_ratio(self) -> float:
+        """Trainer with its logs (run name + TensorBoardLogger) / Trainer without."""
+        return self.logged_s / self.trainer_s
+
+    @property
     def dashboard_ratio(self) -> float:
         """Trainer + Dashboard time / hand-written time."""
         return self.dashboard_s / self.hand_written_s
@@ -104,6 +112,12 @@ class TrainerBenchmark:
                 f"{self.trainer_loader_s:.3f} s",
                 self._ratio(self.loader_ratio, "trainer_loader", "hand_loader"),
                 "≤ 1.02",
+            ],
+            [
+                "Trainer + logs (metrics.jsonl, checkpoints, TensorBoard) / Trainer",
+                f"{self.logged_s:.3f} s",
+                self._ratio(self.logged_ratio, "logged", "trainer"),
+                "≤ 1.01",
             ],
             [
                 "Trainer + Dashboard",
@@ -154,6 +168,7 @@ def benchmark_trainer(
         "trainer": [],
         "hand_loader": [],
         "trainer_loader": [],
+        "logged": [],
         "dashboard": [],
         "background": [],
     }
@@ -165,6 +180,7 @@ def benchmark_trainer(
         timings["trainer"].append(_timed(lambda: _trainer(splits, config).fit()))
         timings["hand_loader"].append(_timed(lambda: _hand_written_loader(_model(), torch_splits, config)))
         timings["trainer_loader"].append(_timed(lambda: _trainer(torch_splits, config).fit()))
+        timings["logged"].append(_logged_seconds(splits, config))
         seconds, costs, fraction = _with_dashboard(splits, config, history, background=False)
         timings["dashboard"].append(seconds)
         per_step.extend(costs)
@@ -176,6 +192,7 @@ def benchmark_trainer(
         trainer_s=statistics.median(timings["trainer"]),
         hand_loader_s=statistics.median(timings["hand_loader"]),
         trainer_loader_s=statistics.median(timings["trainer_loader"]),
+        logged_s=statistics.median(timings["logged"]),
         dashboard_s=statistics.median(timings["dashboard"]),
         background_s=statistics.median(timings["background"]),
         dashboard_us_per_step_mean=1e6 * statistics.fmean(per_step),
@@ -218,6 +235,31 @@ def _timed(run: Callable[[], object]) -> float:
     started = time.perf_counter()
     run()
     return time.perf_counter() - started
+
+
+def _logged_seconds(splits: Splits, config: TrainConfig) -> float:
+    """One timed run of the Trainer writing its run directory and (with the tensorboard extra) TensorBoard."""
+    import tempfile
+
+    from workbench.train.loggers import TensorBoardLogger
+
+    with tempfile.TemporaryDirectory(prefix="workbench-bench-") as folder:
+        try:
+            import tensorboard  # noqa: F401  (the optional extra)
+
+            callbacks = [TensorBoardLogger(f"{folder}/tensorboard")]
+        except ImportError:
+            callbacks = []
+        trainer = Trainer(
+            _model(),
+            functional.cross_entropy,
+            splits,
+            config,
+            callbacks=callbacks,
+            run="bench",
+            runs_dir=folder,
+        )
+        return _timed(trainer.fit)
 
 
 def _hand_written(model: torch.nn.Module, splits: Splits, config: TrainConfig) -> None:

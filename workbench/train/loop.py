@@ -421,6 +421,7 @@ class Trainer:
             "total_steps": self.total_steps,
             "start_step": self.step,
             "config": self.config.to_dict(),
+            "time": time.time(),
             **({"resume_changes": self._resume_changes} if self._resume_changes else {}),
         }
 

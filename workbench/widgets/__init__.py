@@ -2,8 +2,9 @@
 
 `Dashboard` puts a progress bar, `LossPlot`, `MetricPlot`, `DeviceMonitor` and controls together, with
 `MemoryPlot` and `PipelineTimeline` once the trainer reports memory or pipeline spans; `ConsoleProgress`
-(from `workbench.train.progress`, no plotly needed) is the text fallback. `HardwareInspector` and
-`Estimator` help choose hardware and a strategy. Names are imported on first use.
+(from `workbench.train.progress`, no plotly needed) is the text fallback. `RunsBrowser` compares finished
+runs. `HardwareInspector` and `Estimator` help choose hardware and a strategy. Names are imported on first
+use.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _HOMES = {
     "MetricPlot": "workbench.widgets.metric_plot",
     "MemoryPlot": "workbench.widgets.memory_plot",
     "PipelineTimeline": "workbench.widgets.pipeline_timeline",
+    "RunsBrowser": "workbench.widgets.runs_browser",
 }
 
 __all__ = sorted(_HOMES)

@@ -1,0 +1,67 @@
+import pytest
+
+from workbench.presets import build_experiment
+from workbench.train import Trainer
+from workbench.train.runs import metric_series
+from workbench.widgets import RunsBrowser
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    for lr, epochs in ((0.03, 1), (0.01, 2), (0.003, 1)):
+        e = build_experiment("digits-mlp", epochs=epochs, lr=lr, log_every=1)
+        Trainer(e.model, e.loss_fn, e.splits, e.config, run=f"lr={lr}", runs_dir=root).fit()
+    return root
+
+
+def _trace(browser, name):
+    return next(t for t in browser.figure.data if t.name == name)
+
+
+def test_the_selected_runs_are_overlaid_with_what_their_logs_hold(sweep):
+    browser = RunsBrowser(sweep)
+    assert browser.selected == ["lr=0.03", "lr=0.01", "lr=0.003"]  # the latest three
+    assert browser.point_counts() == {"lr=0.03": 23, "lr=0.01": 46, "lr=0.003": 23}
+    xs, ys = metric_series(sweep / "lr=0.01", "loss")
+    assert list(_trace(browser, "lr=0.01").x) == xs and list(_trace(browser, "lr=0.01").y) == ys
+    assert len({t.line.color for t in browser.figure.data}) == 3
+    assert "lr=0.003" in browser.table.value and "finished" in browser.table.value
+
+
+def test_picking_metric_axis_and_smoothing_redraws(sweep):
+    browser = RunsBrowser(sweep, select=["lr=0.03", "lr=0.01"])
+    assert {"loss", "lr", "val accuracy"} <= set(browser.metric.options)
+    browser.metric.value = "val accuracy"  # what picking it in the dropdown does
+    assert browser.point_counts() == {"lr=0.03": 1, "lr=0.01": 2}
+    assert browser.figure.layout.title.text == "val accuracy of 2 runs"
+    browser.metric.value = "loss"
+    browser.x_axis.value = "time"
+    assert browser.figure.layout.xaxis.title.text == "seconds since start"
+    assert min(_trace(browser, "lr=0.01").x) >= 0
+    browser.smoothing.value = 0.8
+    raw = _trace(browser, "lr=0.01 raw")
+    assert raw.opacity < 0.5 and list(_trace(browser, "lr=0.01").y) != list(raw.y)
+    assert browser.point_counts() == {"lr=0.03": 23, "lr=0.01": 46}
+
+
+def test_the_diff_shows_only_what_differs_and_needs_two_runs(sweep):
+    browser = RunsBrowser(sweep, select=["lr=0.03", "lr=0.01"])
+    assert browser.diff() == {"epochs": [1, 2], "optimizer.lr": [0.03, 0.01]}
+    assert "optimizer.lr" in browser.diff_view.value and "batch_size" not in browser.diff_view.value
+    browser.select(["lr=0.03"])
+    assert "select two runs" in browser.diff_view.value
+    with pytest.raises(ValueError, match="no run 'lr=9' in"):
+        browser.select(["lr=9"])
+
+
+def test_sorting_and_refresh_pick_up_a_new_run(sweep, tmp_path):
+    browser = RunsBrowser(sweep)
+    browser.sort.value = "steps"
+    assert browser.chooser.options[0] == "lr=0.01"  # the most steps first
+    e = build_experiment("digits-mlp", epochs=1, lr=0.1)
+    Trainer(e.model, e.loss_fn, e.splits, e.config, run="late", runs_dir=sweep).fit()
+    browser.refresh()
+    assert "late" in browser.chooser.options and "late" not in browser.selected  # the selection is kept
+    empty = RunsBrowser(tmp_path / "nothing")
+    assert "no runs in" in empty.table.value and empty.point_counts() == {}

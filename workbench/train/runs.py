@@ -1,0 +1,215 @@
+"""The runs under a runs directory, read back from their logs: a summary of each, and what differs.
+
+Each run directory holds ``metrics.jsonl`` (`MetricsLog`) and ``config.json``; `list_runs` summarises each
+(status, steps, best validation metric, wall time, strategy, world size), `config_diff` keeps only the
+config fields that differ between runs, and `metric_series` gives one logged metric of a run against step
+or wall time. `workbench runs` prints them in a terminal; the `RunsBrowser` widget draws them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.train.metrics_log import METRICS_FILE, read_metrics
+from workbench.train.run_dir import CONFIG_FILE
+from workbench.train.run_lock import RunInUseError, RunLock
+
+STEP_KEYS = ("step", "epoch", "rank", "time", "event", "memory", "timeline")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run as its log tells it (the last fit, when it was resumed several times).
+
+    `status` is the last fit's: finished, stopped, failed, running (a live process holds the run), or
+    killed (no end was logged and nobody holds the run: the process died).
+    """
+
+    name: str
+    path: Path
+    status: str
+    started: float | None  # unix time of the first fit's start
+    steps: int
+    epochs: int
+    wall_s: float | None  # from the first start to the last event logged
+    strategy: str
+    world_size: int
+    best: tuple[str, float] | None  # (val metric, its best value): accuracy when logged, else the val loss
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> list[str]:
+        """The summary as table cells (see `RUN_COLUMNS`)."""
+        best = "" if self.best is None else f"{self.best[0]} {self.best[1]:.4g}"
+        wall = "" if self.wall_s is None else f"{self.wall_s:.1f} s"
+        started = "" if self.started is None else _clock(self.started)
+        return [
+            self.name,
+            started,
+            self.status,
+            str(self.steps),
+            best,
+            wall,
+            self.strategy,
+            str(self.world_size),
+        ]
+
+
+RUN_COLUMNS = ["run", "started", "status", "steps", "best val", "wall time", "strategy", "ranks"]
+
+
+def list_runs(runs_dir: str | os.PathLike = "runs") -> list[RunSummary]:
+    """Every run under `runs_dir` with a metrics log, oldest first.
+
+    Example:
+        >>> import tempfile
+        >>> from workbench.presets import build_experiment
+        >>> from workbench.train import Trainer
+        >>> runs = tempfile.mkdtemp()
+        >>> for lr in (0.01, 0.003):
+        ...     e = build_experiment("digits-mlp", epochs=1, lr=lr)
+        ...     _ = Trainer(e.model, e.loss_fn, e.splits, e.config, run=f"lr={lr}", runs_dir=runs).fit()
+        >>> [(r.name, r.status, r.steps) for r in list_runs(runs)]
+        [('lr=0.01', 'finished', 23), ('lr=0.003', 'finished', 23)]
+        >>> config_diff(list_runs(runs))
+        {'optimizer.lr': [0.01, 0.003]}
+    """
+    root = Path(runs_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no runs directory at {root}; train with run= (and runs_dir=) first")
+    summaries = [summarize_run(path) for path in sorted(root.iterdir()) if (path / METRICS_FILE).is_file()]
+    return sorted(summaries, key=lambda r: (r.started is None, r.started or 0.0, r.name))
+
+
+def summarize_run(path: str | os.PathLike) -> RunSummary:
+    """The `RunSummary` of one run directory."""
+    path = Path(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a malformed line is skipped; the summary says what is readable
+        events = read_metrics(path)
+    starts = [e for e in events if e["event"] == "fit_start"]
+    last_start = max((i for i, e in enumerate(events) if e["event"] == "fit_start"), default=-1)
+    end = next((e for e in events[last_start + 1 :] if e["event"] == "fit_end"), None)
+    steps = [e for e in events if e["event"] == "step"]
+    times = [e["time"] for e in events if isinstance(e.get("time"), int | float)]
+    first = starts[0] if starts else {}
+    last = starts[-1] if starts else {}
+    started = first.get("time", min(times) if times else None)
+    return RunSummary(
+        name=path.name,
+        path=path,
+        status=end["status"] if end is not None else _unfinished_status(path),
+        started=started,
+        steps=int((end or (steps[-1] if steps else {})).get("step", 0)),
+        epochs=int((end or (steps[-1] if steps else {})).get("epoch", 0)),
+        wall_s=(max(times) - started) if times and started is not None else None,
+        strategy=str(last.get("strategy", "")),
+        world_size=int(last.get("world_size", 1)),
+        best=_best_val(events),
+        config=_config(path, last),
+    )
+
+
+def config_diff(runs: list[RunSummary]) -> dict[str, list[Any]]:
+    """The config fields (dotted, e.g. ``optimizer.lr``) whose values differ between `runs`, each with the
+    runs' values in order; fields the same everywhere are left out."""
+    flat = [_flatten(run.config) for run in runs]
+    names = sorted({name for config in flat for name in config})
+    return {
+        name: [config.get(name) for config in flat]
+        for name in names
+        if len({json.dumps(config.get(name), sort_keys=True, default=str) for config in flat}) > 1
+    }
+
+
+def metric_names(path: str | os.PathLike) -> list[str]:
+    """The numeric metrics a run logged: step fields (``loss``, ``lr``...), evaluations (``val loss``)."""
+    names: dict[str, None] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        events = read_metrics(path)
+    for event in events:
+        if event["event"] == "step" and event.get("rank", 0) == 0:
+            names.update((k, None) for k, v in event.items() if k not in STEP_KEYS and _number(v))
+        elif event["event"] == "eval":
+            names.update((f"{event.get('split')} {k}", None) for k, v in event.items() if k not in STEP_KEYS
+                         and k != "split" and _number(v))  # fmt: skip
+    return list(names)
+
+
+def metric_series(
+    path: str | os.PathLike, metric: str, *, x: str = "step"
+) -> tuple[list[float], list[float]]:
+    """One metric of a run (a name from `metric_names`) against ``x="step"`` or ``"time"`` (seconds since
+    the first event)."""
+    if x not in ("step", "time"):
+        raise ValueError(f"x={x!r} is not supported; allowed values: 'step', 'time'")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        events = read_metrics(path)
+    times = [e["time"] for e in events if _number(e.get("time"))]
+    t0 = min(times) if times else 0.0
+    split, _, name = (
+        metric.partition(" ") if metric.startswith(("val ", "test ", "train ")) else ("", "", metric)
+    )
+    xs, ys = [], []
+    for event in events:
+        if split:
+            matches = event["event"] == "eval" and event.get("split") == split
+        else:
+            matches = event["event"] == "step" and event.get("rank", 0) == 0
+        value = event.get(name)
+        if matches and _number(value):
+            xs.append(float(event["step"]) if x == "step" else float(event.get("time", t0)) - t0)
+            ys.append(float(value))
+    return xs, ys
+
+
+def _unfinished_status(path: Path) -> str:
+    lock = RunLock(path)
+    try:
+        lock.acquire()
+    except RunInUseError:
+        return "running"
+    lock.release()
+    return "killed"
+
+
+def _best_val(events: list[dict[str, Any]]) -> tuple[str, float] | None:
+    evals = [e for e in events if e["event"] == "eval" and e.get("split") == "val"]
+    for name, better in (("accuracy", max), ("loss", min)):
+        values = [e[name] for e in evals if _number(e.get(name))]
+        if values:
+            return name, float(better(values))
+    return None
+
+
+def _config(path: Path, start: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return json.loads((path / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return dict(start.get("config") or {})
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _clock(unix: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix))

@@ -1,0 +1,237 @@
+"""Compare runs in the notebook: the runs under a runs directory as a table, any logged metric of the ones
+you select overlaid, and the config fields that differ between them.
+
+The numbers come from `workbench.train.runs` (the runs' own ``metrics.jsonl`` and ``config.json``); this
+only draws. `workbench runs` prints the same table in a terminal.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.colors
+import plotly.graph_objects as go
+
+from workbench.tables import html_table
+from workbench.train.runs import RUN_COLUMNS, RunSummary, config_diff, list_runs, metric_names, metric_series
+from workbench.widgets._display import sync_figure_for_display, widget_bundle
+from workbench.widgets._kernel import acknowledge_widget_message
+from workbench.widgets.series import ema
+
+_COLORS = plotly.colors.qualitative.Plotly
+_SORT_KEYS = {
+    "started": lambda r: (r.started is None, r.started or 0.0),
+    "run": lambda r: r.name,
+    "status": lambda r: r.status,
+    "steps": lambda r: -r.steps,
+    "best val": lambda r: (r.best is None, -(r.best[1] if r.best and r.best[0] == "accuracy" else 0.0),
+                           r.best[1] if r.best and r.best[0] != "accuracy" else 0.0),
+    "wall time": lambda r: (r.wall_s is None, r.wall_s or 0.0),
+}  # fmt: skip
+
+
+class RunsBrowser:
+    """The runs under `runs_dir`: a sortable table, a metric of the selected runs overlaid, their config diff.
+
+    Select runs in the list (shift/ctrl-click for several), pick the metric (losses, lr, samples/s,
+    evaluation metrics: whatever the runs logged) and the x axis (step or wall-clock seconds); the smoothing
+    slider works as on the dashboard (raw curves faint behind). Refresh re-reads the directory (a run still
+    training shows as running, one whose process died as killed).
+
+    Args:
+        runs_dir: the directory holding one folder per run (``Trainer(..., runs_dir=)``, default ``runs``).
+        select: names of runs to select at the start (default: the latest three).
+        metric: the metric to show first (default ``loss``).
+        smoothing: the EMA weight in [0, 1) for the curves.
+
+    Example:
+        >>> import tempfile
+        >>> from workbench.presets import build_experiment
+        >>> from workbench.train import Trainer
+        >>> runs = tempfile.mkdtemp()
+        >>> for lr in (0.01, 0.003):
+        ...     e = build_experiment("digits-mlp", epochs=1, lr=lr)
+        ...     _ = Trainer(e.model, e.loss_fn, e.splits, e.config, run=f"lr={lr}", runs_dir=runs).fit()
+        >>> browser = RunsBrowser(runs)
+        >>> browser.selected, browser.point_counts()
+        (['lr=0.01', 'lr=0.003'], {'lr=0.01': 3, 'lr=0.003': 3})
+        >>> browser.diff()
+        {'optimizer.lr': [0.01, 0.003]}
+    """
+
+    def __init__(
+        self,
+        runs_dir: str | os.PathLike = "runs",
+        *,
+        select: Sequence[str] | None = None,
+        metric: str = "loss",
+        smoothing: float = 0.0,
+    ) -> None:
+        ema([], smoothing)  # checks it
+        self.runs_dir = Path(runs_dir)
+        self.runs: list[RunSummary] = []
+        self.sort = widgets.Dropdown(options=list(_SORT_KEYS), value="started", description="sort by")
+        self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
+        self.table = widgets.HTML()
+        self.chooser = widgets.SelectMultiple(options=[], description="runs", rows=6)
+        self.metric = widgets.Dropdown(options=[metric], value=metric, description="metric")
+        self.x_axis = widgets.ToggleButtons(options=["step", "time"], value="step", description="x")
+        self.smoothing = widgets.FloatSlider(
+            value=smoothing, min=0.0, max=0.99, step=0.01, description="smoothing", continuous_update=False
+        )
+        self.diff_view = widgets.HTML()
+        self.figure = go.FigureWidget(
+            layout={
+                "height": 380,
+                "title": {"text": "", "x": 0.01},
+                "margin": {"l": 60, "r": 20, "t": 35, "b": 40},
+                "legend": {"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top"},
+                "template": "plotly_white",
+                "uirevision": "runs",
+            }
+        )
+        self.widget = widgets.VBox(
+            [
+                widgets.HBox([self.sort, self.refresh_button]),
+                self.table,
+                self.chooser,
+                widgets.HBox([self.metric, self.x_axis, self.smoothing]),
+                self.figure,
+                self.diff_view,
+            ]
+        )
+        self.widget.add_class("workbench-runs")
+        self.refresh_button.on_click(lambda _: self.refresh())
+        for control in (self.sort, self.chooser, self.metric, self.x_axis, self.smoothing):
+            control.observe(self._on_change, names="value")
+        self._drawing = False
+        self.refresh(select=select)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        sync_figure_for_display(self.figure)
+        return widget_bundle(self.widget, repr(self), **kwargs)
+
+    def __repr__(self) -> str:
+        selected = ", ".join(self.selected) or "none"
+        return f"RunsBrowser({self.runs_dir}: {len(self.runs)} runs, selected {selected})"
+
+    @property
+    def selected(self) -> list[str]:
+        """The names of the selected runs."""
+        return list(self.chooser.value)
+
+    def select(self, names: Sequence[str]) -> None:
+        """Select the runs called `names` (what shift-clicking them in the list does)."""
+        known = {run.name for run in self.runs}
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise ValueError(f"no run {unknown[0]!r} in {self.runs_dir}; runs: {', '.join(sorted(known))}")
+        self.chooser.value = tuple(names)
+
+    def refresh(self, select: Sequence[str] | None = None) -> None:
+        """Read the runs directory again (keeps the selection, or selects `select`)."""
+        self.runs = list_runs(self.runs_dir) if self.runs_dir.is_dir() else []
+        keep = self.selected if select is None else list(select)
+        if not keep and select is None:
+            keep = [run.name for run in self.runs[-3:]]
+        self._drawing = True
+        try:
+            self._show_table()
+            names = [run.name for run in self._sorted()]
+            self.chooser.options = names
+            self.chooser.value = tuple(name for name in keep if name in names)
+        finally:
+            self._drawing = False
+        self._draw()
+
+    def diff(self) -> dict[str, list[Any]]:
+        """The config fields that differ between the selected runs (their values in selection order)."""
+        by_name = {run.name: run for run in self.runs}
+        return config_diff([by_name[name] for name in self.selected])
+
+    def point_counts(self) -> dict[str, int]:
+        """Run → points drawn of the current metric (the raw curves behind smoothed ones not counted)."""
+        return {t.name: len(t.x) for t in self.figure.data if t.meta != "raw" and t.x is not None}
+
+    # ------------------------------------------------------------------ drawing
+
+    def _on_change(self, change: dict[str, Any]) -> None:
+        if not self._drawing:
+            if change["owner"] is self.sort:
+                self._drawing = True
+                try:
+                    self._show_table()
+                    keep = self.chooser.value
+                    self.chooser.options = [run.name for run in self._sorted()]
+                    self.chooser.value = keep
+                finally:
+                    self._drawing = False
+            self._draw()
+        acknowledge_widget_message(None)
+
+    def _sorted(self) -> list[RunSummary]:
+        return sorted(self.runs, key=_SORT_KEYS[self.sort.value])
+
+    def _show_table(self) -> None:
+        if not self.runs:
+            self.table.value = f"<i>no runs in {html.escape(str(self.runs_dir))} yet</i>"
+            return
+        self.table.value = html_table(RUN_COLUMNS, [run.row() for run in self._sorted()])
+
+    def _draw(self) -> None:
+        by_name = {run.name: run for run in self.runs}
+        chosen = [by_name[name] for name in self.selected if name in by_name]
+        names = list(dict.fromkeys(name for run in chosen for name in metric_names(run.path)))
+        self._drawing = True
+        try:
+            current = self.metric.value
+            self.metric.options = names or [current]
+            self.metric.value = current if current in names or not names else names[0]
+        finally:
+            self._drawing = False
+        metric, x_axis, smoothing = self.metric.value, self.x_axis.value, float(self.smoothing.value)
+        with self.figure.batch_update():
+            self.figure.data = []
+            order = [r.name for r in self.runs]
+            for run in chosen:
+                xs, ys = metric_series(run.path, metric, x=x_axis)
+                color = _COLORS[order.index(run.name) % len(_COLORS)]
+                if smoothing > 0:
+                    self.figure.add_scatter(
+                        x=xs, y=ys, name=f"{run.name} raw", meta="raw", mode="lines", opacity=0.25,
+                        line={"color": color, "width": 1}, showlegend=False, hoverinfo="skip",
+                    )  # fmt: skip
+                self.figure.add_scatter(
+                    x=xs,
+                    y=list(ema(ys, smoothing)),
+                    name=run.name,
+                    mode="lines+markers" if metric.startswith(("val ", "test ")) else "lines",
+                    line={"color": color, "width": 2},
+                    hovertemplate=html.escape(run.name)
+                    + f"<br>{x_axis} %{{x:.4g}}<br>%{{y:.4g}}<extra></extra>",
+                )
+            self.figure.layout.title.text = f"{metric} of {len(chosen)} run{'s' * (len(chosen) != 1)}"
+            self.figure.layout.xaxis.title.text = (
+                "optimizer step" if x_axis == "step" else "seconds since start"
+            )
+            self.figure.layout.yaxis.title.text = metric
+        self._show_diff(chosen)
+
+    def _show_diff(self, chosen: list[RunSummary]) -> None:
+        if len(chosen) < 2:
+            self.diff_view.value = "<i>select two runs or more to see what differs in their configs</i>"
+            return
+        differ = config_diff(chosen)
+        if not differ:
+            self.diff_view.value = "<b>configs</b>: the same"
+            return
+        rows = [[name, *(json.dumps(value) for value in values)] for name, values in differ.items()]
+        self.diff_view.value = "<b>what differs</b>" + html_table(
+            ["config field", *(r.name for r in chosen)], rows
+        )
