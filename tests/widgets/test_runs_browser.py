@@ -65,3 +65,32 @@ def test_sorting_and_refresh_pick_up_a_new_run(sweep, tmp_path):
     assert "late" in browser.chooser.options and "late" not in browser.selected  # the selection is kept
     empty = RunsBrowser(tmp_path / "nothing")
     assert "no runs in" in empty.table.value and empty.point_counts() == {}
+
+
+def test_a_run_still_training_is_followed_until_it_ends(tmp_path):
+    import threading
+    import time
+
+    e = build_experiment("digits-mlp", epochs=40, log_every=1)
+    trainer = Trainer(e.model, e.loss_fn, e.splits, e.config, run="live", runs_dir=tmp_path)
+    training = threading.Thread(target=trainer.fit)
+    training.start()
+    log = tmp_path / "live" / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while (
+        not (log.is_file() and log.read_text().count('"event": "step"') >= 3) and time.monotonic() < deadline
+    ):
+        time.sleep(0.02)
+    browser = RunsBrowser(tmp_path, follow_s=0.1)
+    first = browser.point_counts()["live"]
+    assert [r.status for r in browser.runs] == ["running"] and browser.following
+    deadline = time.monotonic() + 60
+    while browser.point_counts()["live"] <= first and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert browser.point_counts()["live"] > first  # new steps drawn without a click
+    training.join()
+    deadline = time.monotonic() + 10
+    while browser.following and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not browser.following and [r.status for r in browser.runs] == ["finished"]
+    assert browser.point_counts()["live"] == 40 * 23

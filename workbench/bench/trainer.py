@@ -9,7 +9,7 @@ Measured in one process, alternating the variants and taking the median of `repe
 - ``Trainer``: `workbench.train.Trainer` with no callbacks;
 - the same two over a torch ``TensorDataset`` of the same tensors, batched by a ``DataLoader`` (the path
   for your own data), against each other: what the Trainer adds to a loader-bound loop;
-- ``Trainer + logs``: the Trainer writing its run directory (``metrics.jsonl``, checkpoints) and TensorBoard
+- ``Trainer + logs``: the Trainer writing ``metrics.jsonl`` (a run name, checkpoints off) and TensorBoard
   files (when the ``tensorboard`` extra is installed), against the Trainer without;
 - ``Trainer + Dashboard``: the same with a `Dashboard` attached (loss plot, progress, device sampler at 2 Hz),
   `Dashboard.fit` (training on this thread);
@@ -51,7 +51,7 @@ class TrainerBenchmark:
     hand_loader_s: float
     trainer_loader_s: float
     dashboard_s: float
-    logged_s: float  # the Trainer writing metrics.jsonl and checkpoints (a run name) and TensorBoard files
+    logged_s: float  # the Trainer writing metrics.jsonl (a run name, no checkpoints) and TensorBoard files
     background_s: float
     dashboard_us_per_step_mean: float
     dashboard_us_per_step_max: float
@@ -83,7 +83,7 @@ class TrainerBenchmark:
 
     @property
     def logged_ratio(self) -> float:
-        """Trainer with its logs (run name + TensorBoardLogger) / Trainer without."""
+        """Trainer with its logs (metrics.jsonl + TensorBoardLogger) / Trainer without."""
         return self.logged_s / self.trainer_s
 
     @property
@@ -114,7 +114,7 @@ class TrainerBenchmark:
                 "≤ 1.02",
             ],
             [
-                "Trainer + logs (metrics.jsonl, checkpoints, TensorBoard) / Trainer",
+                "Trainer + logs (metrics.jsonl, TensorBoard) / Trainer",
                 f"{self.logged_s:.3f} s",
                 self._ratio(self.logged_ratio, "logged", "trainer"),
                 "≤ 1.01",

@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 import json
 import os
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ import ipywidgets as widgets
 import plotly.colors
 import plotly.graph_objects as go
 
+from workbench._validate import check_positive
 from workbench.tables import html_table
 from workbench.train.runs import RUN_COLUMNS, RunSummary, config_diff, list_runs, metric_names, metric_series
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
@@ -49,6 +52,8 @@ class RunsBrowser:
         select: names of runs to select at the start (default: the latest three).
         metric: the metric to show first (default ``loss``).
         smoothing: the EMA weight in [0, 1) for the curves.
+        follow_s: while a selected run is still training, re-read the logs this often (seconds; the
+            "follow running runs" box turns it off). A line cut short mid-write waits for the next read.
 
     Example:
         >>> import tempfile
@@ -72,8 +77,13 @@ class RunsBrowser:
         select: Sequence[str] | None = None,
         metric: str = "loss",
         smoothing: float = 0.0,
+        follow_s: float = 2.0,
     ) -> None:
         ema([], smoothing)  # checks it
+        self.follow_s = check_positive("follow_s", follow_s)
+        self.follow = widgets.Checkbox(value=True, description="follow running runs", indent=False)
+        self._lock = threading.RLock()  # a refresh from the follow thread and one from a click take turns
+        self._follower: threading.Thread | None = None
         self.runs_dir = Path(runs_dir)
         self.runs: list[RunSummary] = []
         self.sort = widgets.Dropdown(options=list(_SORT_KEYS), value="started", description="sort by")
@@ -98,7 +108,7 @@ class RunsBrowser:
         )
         self.widget = widgets.VBox(
             [
-                widgets.HBox([self.sort, self.refresh_button]),
+                widgets.HBox([self.sort, self.refresh_button, self.follow]),
                 self.table,
                 self.chooser,
                 widgets.HBox([self.metric, self.x_axis, self.smoothing]),
@@ -108,7 +118,7 @@ class RunsBrowser:
         )
         self.widget.add_class("workbench-runs")
         self.refresh_button.on_click(lambda _: self.refresh())
-        for control in (self.sort, self.chooser, self.metric, self.x_axis, self.smoothing):
+        for control in (self.sort, self.chooser, self.metric, self.x_axis, self.smoothing, self.follow):
             control.observe(self._on_change, names="value")
         self._drawing = False
         self.refresh(select=select)
@@ -136,6 +146,33 @@ class RunsBrowser:
 
     def refresh(self, select: Sequence[str] | None = None) -> None:
         """Read the runs directory again (keeps the selection, or selects `select`)."""
+        with self._lock:
+            self._refresh(select)
+        self._follow_running()
+
+    @property
+    def following(self) -> bool:
+        """True while a thread re-reads the logs of selected runs that are still training."""
+        return self._follower is not None and self._follower.is_alive()
+
+    def _follow_running(self) -> None:
+        """Start the follow thread when a selected run is running (it ends when none is)."""
+        if self.following or not self.follow.value or not self._running_selected():
+            return
+        self._follower = threading.Thread(target=self._follow_loop, name="workbench-runs", daemon=True)
+        self._follower.start()
+
+    def _follow_loop(self) -> None:
+        while self.follow.value and self._running_selected():
+            time.sleep(self.follow_s)
+            with self._lock:
+                self._refresh(None)
+
+    def _running_selected(self) -> bool:
+        selected = set(self.selected)
+        return any(run.status == "running" and run.name in selected for run in self.runs)
+
+    def _refresh(self, select: Sequence[str] | None) -> None:
         self.runs = list_runs(self.runs_dir) if self.runs_dir.is_dir() else []
         keep = self.selected if select is None else list(select)
         if not keep and select is None:
@@ -162,17 +199,19 @@ class RunsBrowser:
     # ------------------------------------------------------------------ drawing
 
     def _on_change(self, change: dict[str, Any]) -> None:
-        if not self._drawing:
-            if change["owner"] is self.sort:
-                self._drawing = True
-                try:
-                    self._show_table()
-                    keep = self.chooser.value
-                    self.chooser.options = [run.name for run in self._sorted()]
-                    self.chooser.value = keep
-                finally:
-                    self._drawing = False
-            self._draw()
+        if change["owner"] is not self.follow and not self._drawing:
+            with self._lock:
+                if change["owner"] is self.sort:
+                    self._drawing = True
+                    try:
+                        self._show_table()
+                        keep = self.chooser.value
+                        self.chooser.options = [run.name for run in self._sorted()]
+                        self.chooser.value = keep
+                    finally:
+                        self._drawing = False
+                self._draw()
+        self._follow_running()  # a running run selected, or following turned back on
         acknowledge_widget_message(None)
 
     def _sorted(self) -> list[RunSummary]:
