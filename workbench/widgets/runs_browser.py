@@ -194,7 +194,8 @@ class RunsBrowser:
 
     def point_counts(self) -> dict[str, int]:
         """Run → points drawn of the current metric (the raw curves behind smoothed ones not counted)."""
-        return {t.name: len(t.x) for t in self.figure.data if t.meta != "raw" and t.x is not None}
+        with self._lock:  # not halfway through a redraw by the follow thread
+            return {t.name: len(t.x) for t in self.figure.data if t.meta != "raw" and t.x is not None}
 
     # ------------------------------------------------------------------ drawing
 
