@@ -1,6 +1,7 @@
 """Nothing lost, nothing silent: the run directory is one fit's at a time, and resume resumes or refuses."""
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -121,7 +122,10 @@ def _saved_run(tmp_path):
     [
         (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "is not a readable checkpoint"),
         (lambda p: p.write_bytes(b""), "is not a readable checkpoint"),
-        (lambda p: p.write_bytes(os.urandom(4096)), "is not a readable checkpoint"),
+        (
+            lambda p: p.write_bytes(__import__("random").Random(0).randbytes(4096)),
+            "is not a readable checkpoint",
+        ),
         (lambda p: __import__("torch").save([1, 2], p), "holds a list, not a workbench checkpoint"),
         (lambda p: __import__("torch").save({"w": 1}, p), "is not a workbench checkpoint: it has no model"),
     ],
@@ -200,8 +204,6 @@ while True:
 
 
 def test_killing_saves_twenty_times_leaves_a_loadable_checkpoint_and_no_stale_temp_files(tmp_path):
-    import random
-
     from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 
     path = tmp_path / "checkpoint.pt"
@@ -290,3 +292,16 @@ def test_a_launch_on_a_run_name_in_use_is_refused_by_its_rank_0(tmp_path):
         assert info.value.rank == 0
     finally:
         holder.release()
+
+
+def test_any_random_bytes_are_refused_as_unreadable_never_a_raw_error(tmp_path):
+    import random
+
+    from workbench.train.checkpoint import load_checkpoint
+
+    path = tmp_path / "checkpoint.pt"
+    for seed in range(30):  # torch's reader fails in many ways on garbage (IndexError, KeyError, EOFError…)
+        generator = random.Random(seed)
+        path.write_bytes(generator.randbytes(generator.randint(1, 8192)))
+        with pytest.raises(ValueError, match="is not a readable checkpoint"):
+            load_checkpoint(path)

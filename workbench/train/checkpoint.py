@@ -14,14 +14,12 @@ import os
 import pickle
 import shutil
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import psutil
 import torch
 
-_UNREADABLE = (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, KeyError, AttributeError)
 _DISK_FULL_SIGNS = ("unexpected pos", "No space left", "file write failed")
 
 
@@ -86,7 +84,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             "checkpoint; it was not loaded, since loading would run its code (weights_only=True). Load it "
             "yourself with torch.load(..., weights_only=False) only if you trust where it came from"
         ) from None
-    except _UNREADABLE as error:
+    except Exception as error:  # torch's reader fails on damaged bytes in many ways (IndexError, KeyError…)
         raise _unreadable(path, error) from None
     if not isinstance(state, dict):
         raise ValueError(f"{path} holds a {type(state).__name__}, not a workbench checkpoint (a dict)")
@@ -110,10 +108,8 @@ def remove_stale_temp_files(path: str | os.PathLike) -> list[Path]:
     for temporary in path.parent.glob(f".{path.name}.*.tmp"):
         parts = temporary.name[len(path.name) + 2 :].split(".")
         pid = int(parts[0]) if parts and parts[0].isdigit() else None
-        if pid is not None and pid != os.getpid() and psutil.pid_exists(pid):
-            continue  # another process is writing it now
-        if pid == os.getpid():
-            continue  # ours: a save on another thread of this process
+        if pid is not None and psutil.pid_exists(pid):
+            continue  # its writer (this process or another) may be writing it now
         temporary.unlink(missing_ok=True)
         removed.append(temporary)
     return removed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,6 +211,4 @@ def _number(value: Any) -> bool:
 
 
 def _clock(unix: float) -> str:
-    import time
-
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(unix))

@@ -357,12 +357,10 @@ class LossPlot(LiveFigure, Callback):
             name=f"{run.name} {split}",
             legendgroup=run.name,
             yaxis=style["yaxis"],
-            mode=style["mode"],
-            line={"color": style["color"], "dash": style["dash"], "width": style["width"]},
-            marker={"color": style["color"], "symbol": style["symbol"], "size": style["size"]},
             hovertemplate=f"{run.name} {split}<br>step %{{x:.0f}}<br>%{{y:.4g}}<extra></extra>",
         )
         trace = self.figure.data[-1]
+        _restyle(trace, style)
         self._traces[(run.name, split)] = trace
         return trace
 

@@ -28,15 +28,24 @@ from workbench.widgets._kernel import acknowledge_widget_message
 from workbench.widgets.series import ema
 
 _COLORS = plotly.colors.qualitative.Plotly
+
+
+def _best_first(run: RunSummary) -> tuple[bool, float]:
+    """Sort key: the best validation result first (the highest accuracy, else the lowest loss)."""
+    if run.best is None:
+        return (True, 0.0)
+    name, value = run.best
+    return (False, -value if name == "accuracy" else value)
+
+
 _SORT_KEYS = {
     "started": lambda r: (r.started is None, r.started or 0.0),
     "run": lambda r: r.name,
     "status": lambda r: r.status,
     "steps": lambda r: -r.steps,
-    "best val": lambda r: (r.best is None, -(r.best[1] if r.best and r.best[0] == "accuracy" else 0.0),
-                           r.best[1] if r.best and r.best[0] != "accuracy" else 0.0),
+    "best val": _best_first,
     "wall time": lambda r: (r.wall_s is None, r.wall_s or 0.0),
-}  # fmt: skip
+}
 
 
 class RunsBrowser:
