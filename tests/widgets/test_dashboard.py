@@ -264,14 +264,16 @@ def test_a_launch_dashboard_samples_each_worker_and_plots_every_metric_on_one_ti
     dashboard = Dashboard(job, sample_interval=0.1)
     assert dashboard.fit() == 600
     watched = [s["processes"] for s in dashboard.sampler.samples() if s.get("processes")]
-    assert watched and {p["pid"] for p in watched[-1]} == set(job.pids)  # the workers, not this process
-    assert {p["rank"] for p in watched[-1]} == {0, 1}
+    seen = [process for sample in watched for process in sample]  # a rank that ended drops out of a sample
+    assert {p["pid"] for p in seen} == set(job.pids)  # the workers, not this process
+    assert {p["rank"] for p in seen} == {0, 1}
+    assert any(len(sample) == 2 for sample in watched)  # both at once while they trained
     counts = dashboard.device_monitor.point_counts()
     for line in ("rank 0 CPU", "rank 1 CPU", "rank 0 RAM", "rank 1 RAM", "CPU", "loss"):
         assert counts.get(line, 0) >= 1, (line, counts)
     cpu = next(t for t in dashboard.device_monitor.figure.data if t.name == "rank 1 CPU")
     assert max(cpu.y) > 0  # the worker was busy
-    assert dashboard.metric_plot.metrics[:3] == ["lr", "grad_norm", "samples_per_s"]
+    assert {"lr", "grad_norm", "samples_per_s"} <= set(dashboard.metric_plot.metrics)  # in arrival order
     dashboard.metric_plot.selector.value = "samples_per_s"  # what choosing it in the dropdown does
     assert set(dashboard.metric_plot.point_counts()) == {"rank 0", "rank 1"}
 
