@@ -34,3 +34,71 @@ def test_the_your_own_model_and_data_section_runs_as_written(tmp_path):
     assert steps == "39" and float(accuracy) > 0.9  # 400 samples per rank: 13 batches of 32, 3 epochs
     assert re.fullmatch(r"\{'loss': [\d.]+, 'accuracy': 0\.\d+, 'confidence': 0\.\d+\}", lines[2]), lines[2]
     assert lines[-1] == "{'run 1 train': 75, 'run 1 val': 3, 'run 1 val accuracy': 3}"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _get_json(url: str, body: dict | None = None, timeout_s: float = 120.0):
+    """The JSON at `url` (POSTing `body` when given), retried while the server starts."""
+    import json
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.loads(response.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_the_compare_and_share_commands_open_a_run_trained_with_both_loggers(tmp_path):
+    """`workbench train --log tensorboard --log mlflow`, then the README's two commands as written (plus a
+    free --port): each tool's web API lists the run."""
+    import shlex
+
+    text = (REPO / "README.md").read_text()
+    start = text.index("### Compare and share runs\n")
+    section = text[start : text.index("\n### ", start + 1)]
+    [block] = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    commands = [shlex.split(line) for line in block.strip().splitlines()]
+    assert [Path(c[0]).name for c in commands] == ["tensorboard", "mlflow"], block
+    bin_dir = Path(sys.executable).parent
+    train = [str(bin_dir / "workbench"), "train", "digits-mlp", "--epochs", "1", "--run", "shared"]
+    done = subprocess.run(
+        [*train, "--log", "tensorboard", "--log", "mlflow"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    servers = []
+    try:
+        ports = []
+        for command in commands:
+            ports.append(_free_port())
+            argv = [str(bin_dir / Path(command[0]).name), *command[1:], "--port", str(ports[-1])]
+            servers.append(
+                subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        tensorboard, mlflow = (f"http://127.0.0.1:{port}" for port in ports)
+        assert _get_json(f"{tensorboard}/data/runs") == ["shared"]
+        experiment = _get_json(f"{mlflow}/api/2.0/mlflow/experiments/get-by-name?experiment_name=workbench")
+        runs = _get_json(
+            f"{mlflow}/api/2.0/mlflow/runs/search",
+            {"experiment_ids": [experiment["experiment"]["experiment_id"]]},
+        )["runs"]
+        assert [run["info"]["run_name"] for run in runs] == ["shared"]
+        assert runs[0]["info"]["status"] == "FINISHED"
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=30)

@@ -144,10 +144,11 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--runs-dir", default="runs")
     train.add_argument(
         "--log",
-        choices=["tensorboard"],
+        choices=["tensorboard", "mlflow"],
         action="append",
         default=[],
-        help="also log to TensorBoard, in RUNS_DIR/tensorboard/RUN (needs the tensorboard extra)",
+        help="also log to TensorBoard, in RUNS_DIR/tensorboard/RUN (the tensorboard extra), or to MLflow, in "
+        "the SQLite store RUNS_DIR/mlflow.db (the mlflow extra); give --log twice for both",
     )
     train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
     ddp = train.add_argument_group(f"several processes (--strategy {', '.join(DISTRIBUTED)})")
@@ -248,6 +249,11 @@ def _train(args: argparse.Namespace) -> int:
             if args.threads < 1:
                 raise ValueError(f"--threads must be ≥ 1, got {args.threads}")
             torch.set_num_threads(args.threads)
+        try:
+            _loggers(args.log, Path(args.runs_dir))  # a missing extra is said before any rank starts
+        except ModuleNotFoundError as missing:
+            print(f"workbench train: error: --log: {missing}", file=sys.stderr)
+            return 2
         if args.strategy == "single":
             return _train_here(args, strategy=None)
         return _train_distributed(args)
@@ -282,6 +288,15 @@ def _experiment(args: argparse.Namespace) -> Any:
     return build_experiment(args.preset, **changes)
 
 
+def _loggers(tools: list[str], runs_dir: Path) -> list[Any]:
+    """The `--log` loggers, each once (ModuleNotFoundError with the install line when an extra is missing)."""
+    from workbench.train.loggers import MLflowLogger, TensorBoardLogger
+
+    made = {"tensorboard": lambda: TensorBoardLogger(runs_dir / "tensorboard")}
+    made["mlflow"] = lambda: MLflowLogger(runs_dir / "mlflow.db")
+    return [made[tool]() for tool in dict.fromkeys(tools)]
+
+
 def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) -> int:
     """Train the preset (`experiment`, else built from `args`) in this process, alone or as one rank of a
     distributed job; rank 0 prints."""
@@ -294,10 +309,8 @@ def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None)
     experiment = _experiment(args) if experiment is None else experiment
     main = strategy is None or strategy.is_main
     callbacks: list[Any] = [ConsoleProgress()] if main else []
-    if "tensorboard" in args.log and main:
-        from workbench.train.loggers import TensorBoardLogger
-
-        callbacks.append(TensorBoardLogger(Path(args.runs_dir) / "tensorboard"))
+    if main:
+        callbacks.extend(_loggers(args.log, Path(args.runs_dir)))
     trainer = Trainer(
         experiment.model,
         experiment.loss_fn,

@@ -94,3 +94,25 @@ def test_a_run_still_training_is_followed_until_it_ends(tmp_path):
         time.sleep(0.05)
     assert not browser.following and [r.status for r in browser.runs] == ["finished"]
     assert browser.point_counts()["live"] == 40 * 23
+
+
+def test_a_refresh_reads_each_log_once_and_only_logs_that_changed(sweep, monkeypatch, tmp_path):
+    import shutil
+
+    from workbench.widgets import runs_browser
+
+    runs = tmp_path / "runs"
+    shutil.copytree(sweep, runs, ignore=shutil.ignore_patterns("late"))
+    read = []
+    real = runs_browser.read_run
+    monkeypatch.setattr(runs_browser, "read_run", lambda path: read.append(path.name) or real(path))
+    browser = RunsBrowser(runs)  # table, metric names and curves of three selected runs
+    assert sorted(read) == ["lr=0.003", "lr=0.01", "lr=0.03"]
+    read.clear()
+    browser.refresh_button.click()
+    browser.metric.value = "val accuracy"
+    assert read == []  # nothing changed on disk
+    log = runs / "lr=0.01" / "metrics.jsonl"
+    log.write_text(log.read_text())  # rewritten: a new modification time
+    browser.refresh_button.click()
+    assert read == ["lr=0.01"]

@@ -9,8 +9,9 @@ Measured in one process, alternating the variants and taking the median of `repe
 - ``Trainer``: `workbench.train.Trainer` with no callbacks;
 - the same two over a torch ``TensorDataset`` of the same tensors, batched by a ``DataLoader`` (the path
   for your own data), against each other: what the Trainer adds to a loader-bound loop;
-- ``Trainer + logs``: the Trainer writing ``metrics.jsonl`` (a run name, checkpoints off) and TensorBoard
-  files (when the ``tensorboard`` extra is installed), against the Trainer without;
+- ``Trainer + logs``: the Trainer writing ``metrics.jsonl`` (a run name; no checkpoint: they are a cost of
+  their own) with a `TensorBoardLogger` and an `MLflowLogger` (each when its extra is installed), against
+  the Trainer without;
 - ``Trainer + Dashboard``: the same with a `Dashboard` attached (loss plot, progress, device sampler at 2 Hz),
   `Dashboard.fit` (training on this thread);
 - ``... in the background``: the same through `Dashboard.start` + `wait`, i.e. training in a second thread
@@ -25,6 +26,7 @@ Outside a Jupyter kernel the widgets have no frontend, so messages to the browse
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,7 +53,7 @@ class TrainerBenchmark:
     hand_loader_s: float
     trainer_loader_s: float
     dashboard_s: float
-    logged_s: float  # the Trainer writing metrics.jsonl (a run name, no checkpoints) and TensorBoard files
+    logged_s: float  # the Trainer writing metrics.jsonl (a run name, no checkpoints), TensorBoard and MLflow
     background_s: float
     dashboard_us_per_step_mean: float
     dashboard_us_per_step_max: float
@@ -83,7 +85,7 @@ class TrainerBenchmark:
 
     @property
     def logged_ratio(self) -> float:
-        """Trainer with its logs (metrics.jsonl + TensorBoardLogger) / Trainer without."""
+        """Trainer with its logs (metrics.jsonl, TensorBoardLogger, MLflowLogger) / Trainer without."""
         return self.logged_s / self.trainer_s
 
     @property
@@ -114,7 +116,7 @@ class TrainerBenchmark:
                 "≤ 1.02",
             ],
             [
-                "Trainer + logs (metrics.jsonl, TensorBoard) / Trainer",
+                "Trainer + logs (metrics.jsonl, TensorBoard, MLflow) / Trainer",
                 f"{self.logged_s:.3f} s",
                 self._ratio(self.logged_ratio, "logged", "trainer"),
                 "≤ 1.01",
@@ -175,17 +177,20 @@ def benchmark_trainer(
     per_step: list[float] = []
     sampler_fractions: list[float] = []
     _hand_written(_model(), splits, config)  # warm-up: allocator, thread pools, first-call costs
+    logs = tempfile.TemporaryDirectory(prefix="workbench-bench-")
+    _logged_seconds(splits, config, logs.name)  # imports the loggers' tools, creates the MLflow store
     for _ in range(repeats):
         timings["hand"].append(_timed(lambda: _hand_written(_model(), splits, config)))
         timings["trainer"].append(_timed(lambda: _trainer(splits, config).fit()))
         timings["hand_loader"].append(_timed(lambda: _hand_written_loader(_model(), torch_splits, config)))
         timings["trainer_loader"].append(_timed(lambda: _trainer(torch_splits, config).fit()))
-        timings["logged"].append(_logged_seconds(splits, config))
+        timings["logged"].append(_logged_seconds(splits, config, logs.name))
         seconds, costs, fraction = _with_dashboard(splits, config, history, background=False)
         timings["dashboard"].append(seconds)
         per_step.extend(costs)
         sampler_fractions.append(fraction)
         timings["background"].append(_with_dashboard(splits, config, history, background=True)[0])
+    logs.cleanup()
     return TrainerBenchmark(
         steps=steps,
         hand_written_s=statistics.median(timings["hand"]),
@@ -237,29 +242,31 @@ def _timed(run: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def _logged_seconds(splits: Splits, config: TrainConfig) -> float:
-    """One timed run of the Trainer writing its run directory and (with the tensorboard extra) TensorBoard."""
-    import tempfile
+def _logged_seconds(splits: Splits, config: TrainConfig, folder: str) -> float:
+    """One timed run of the Trainer writing its run directory under `folder` and, with their extras,
+    TensorBoard and MLflow logs there (checkpoints off: `checkpoint_every` beyond the last epoch). The
+    folder is the benchmark's, as a user's runs directory is: the first run creates the MLflow store."""
+    import dataclasses
+    import importlib.util
 
-    from workbench.train.loggers import TensorBoardLogger
+    from workbench.train.loggers import MLflowLogger, TensorBoardLogger
 
-    with tempfile.TemporaryDirectory(prefix="workbench-bench-") as folder:
-        try:
-            import tensorboard  # noqa: F401  (the optional extra)
-
-            callbacks = [TensorBoardLogger(f"{folder}/tensorboard")]
-        except ImportError:
-            callbacks = []
-        trainer = Trainer(
-            _model(),
-            functional.cross_entropy,
-            splits,
-            config,
-            callbacks=callbacks,
-            run="bench",
-            runs_dir=folder,
-        )
-        return _timed(trainer.fit)
+    installed = {name: importlib.util.find_spec(name) is not None for name in ("tensorboard", "mlflow")}
+    callbacks: list[Callback] = []
+    if installed["tensorboard"]:
+        callbacks.append(TensorBoardLogger(f"{folder}/tensorboard"))
+    if installed["mlflow"]:
+        callbacks.append(MLflowLogger(f"{folder}/mlflow.db"))
+    trainer = Trainer(
+        _model(),
+        functional.cross_entropy,
+        splits,
+        dataclasses.replace(config, checkpoint_every=config.epochs + 1),
+        callbacks=callbacks,
+        run="bench",
+        runs_dir=folder,
+    )
+    return _timed(trainer.fit)
 
 
 def _hand_written(model: torch.nn.Module, splits: Splits, config: TrainConfig) -> None:

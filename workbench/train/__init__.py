@@ -15,7 +15,7 @@ from workbench.train.control import Changes, TrainControl
 from workbench.train.events import Callback, CallbackList, Event
 from workbench.train.follow import Follower, follow_metrics
 from workbench.train.job import Job
-from workbench.train.loggers import TensorBoardLogger
+from workbench.train.loggers import MLflowLogger, TensorBoardLogger
 from workbench.train.loop import FitResult, Trainer
 from workbench.train.loss_check import NonFiniteLossError
 from workbench.train.metrics import F1, Accuracy, Metric
@@ -41,6 +41,7 @@ __all__ = [
     "Follower",
     "Job",
     "LoaderConfig",
+    "MLflowLogger",
     "Metric",
     "MetricsLog",
     "NonFiniteLossError",

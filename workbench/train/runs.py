@@ -12,15 +12,31 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from workbench.train.metrics_log import METRICS_FILE, read_metrics
 from workbench.train.run_dir import CONFIG_FILE
 from workbench.train.run_lock import RunInUseError, RunLock
 
 STEP_KEYS = ("step", "epoch", "rank", "time", "event", "memory", "timeline")
+
+Events: TypeAlias = list[dict[str, Any]]
+Run: TypeAlias = "str | os.PathLike[str] | Events"  # a run directory, or the events already read from it
+
+
+def read_run(path: str | os.PathLike) -> Events:
+    """Every readable event of a run directory (a malformed line is skipped without a warning: a summary
+    says what is readable)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return read_metrics(path)
+
+
+def _events(run: Run) -> Events:
+    return run if isinstance(run, list) else read_run(run)
 
 
 @dataclass(frozen=True)
@@ -63,8 +79,11 @@ class RunSummary:
 RUN_COLUMNS = ["run", "started", "status", "steps", "best val", "wall time", "strategy", "ranks"]
 
 
-def list_runs(runs_dir: str | os.PathLike = "runs") -> list[RunSummary]:
-    """Every run under `runs_dir` with a metrics log, oldest first.
+def list_runs(
+    runs_dir: str | os.PathLike = "runs", *, read: Callable[[Path], Events] = read_run
+) -> list[RunSummary]:
+    """Every run under `runs_dir` with a metrics log, oldest first; `read` reads a run directory's events
+    (a caching reader lets a widget read each log once per refresh).
 
     Example:
         >>> import tempfile
@@ -82,16 +101,15 @@ def list_runs(runs_dir: str | os.PathLike = "runs") -> list[RunSummary]:
     root = Path(runs_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"no runs directory at {root}; train with run= (and runs_dir=) first")
-    summaries = [summarize_run(path) for path in sorted(root.iterdir()) if (path / METRICS_FILE).is_file()]
+    paths = [path for path in sorted(root.iterdir()) if (path / METRICS_FILE).is_file()]
+    summaries = [summarize_run(path, read(path)) for path in paths]
     return sorted(summaries, key=lambda r: (r.started is None, r.started or 0.0, r.name))
 
 
-def summarize_run(path: str | os.PathLike) -> RunSummary:
-    """The `RunSummary` of one run directory."""
+def summarize_run(path: str | os.PathLike, events: Events | None = None) -> RunSummary:
+    """The `RunSummary` of one run directory (from its `events` when already read)."""
     path = Path(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a malformed line is skipped; the summary says what is readable
-        events = read_metrics(path)
+    events = read_run(path) if events is None else events
     starts = [e for e in events if e["event"] == "fit_start"]
     last_start = max((i for i, e in enumerate(events) if e["event"] == "fit_start"), default=-1)
     end = next((e for e in events[last_start + 1 :] if e["event"] == "fit_end"), None)
@@ -127,31 +145,28 @@ def config_diff(runs: list[RunSummary]) -> dict[str, list[Any]]:
     }
 
 
-def metric_names(path: str | os.PathLike) -> list[str]:
+def metric_names(run: Run) -> list[str]:
     """The numeric metrics a run logged: step fields (``loss``, ``lr``...), evaluations (``val loss``)."""
     names: dict[str, None] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        events = read_metrics(path)
-    for event in events:
+    for event in _events(run):
         if event["event"] == "step" and event.get("rank", 0) == 0:
-            names.update((k, None) for k, v in event.items() if k not in STEP_KEYS and _number(v))
+            prefix = ""
         elif event["event"] == "eval":
-            names.update((f"{event.get('split')} {k}", None) for k, v in event.items() if k not in STEP_KEYS
-                         and k != "split" and _number(v))  # fmt: skip
+            prefix = f"{event.get('split')} "
+        else:
+            continue
+        for key, value in event.items():
+            if key not in STEP_KEYS and key != "split" and _number(value):
+                names[prefix + key] = None
     return list(names)
 
 
-def metric_series(
-    path: str | os.PathLike, metric: str, *, x: str = "step"
-) -> tuple[list[float], list[float]]:
+def metric_series(run: Run, metric: str, *, x: str = "step") -> tuple[list[float], list[float]]:
     """One metric of a run (a name from `metric_names`) against ``x="step"`` or ``"time"`` (seconds since
     the first event)."""
     if x not in ("step", "time"):
         raise ValueError(f"x={x!r} is not supported; allowed values: 'step', 'time'")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        events = read_metrics(path)
+    events = _events(run)
     times = [e["time"] for e in events if _number(e.get("time"))]
     t0 = min(times) if times else 0.0
     split, _, name = (

@@ -22,7 +22,17 @@ import plotly.graph_objects as go
 
 from workbench._validate import check_positive
 from workbench.tables import html_table
-from workbench.train.runs import RUN_COLUMNS, RunSummary, config_diff, list_runs, metric_names, metric_series
+from workbench.train.metrics_log import METRICS_FILE
+from workbench.train.runs import (
+    RUN_COLUMNS,
+    Events,
+    RunSummary,
+    config_diff,
+    list_runs,
+    metric_names,
+    metric_series,
+    read_run,
+)
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets._kernel import acknowledge_widget_message
 from workbench.widgets.series import ema
@@ -95,6 +105,7 @@ class RunsBrowser:
         self._follower: threading.Thread | None = None
         self.runs_dir = Path(runs_dir)
         self.runs: list[RunSummary] = []
+        self._logs: dict[Path, tuple[tuple[int, int], Events]] = {}  # run dir → (log mtime+size, events)
         self.sort = widgets.Dropdown(options=list(_SORT_KEYS), value="started", description="sort by")
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
         self.table = widgets.HTML()
@@ -182,7 +193,7 @@ class RunsBrowser:
         return any(run.status == "running" and run.name in selected for run in self.runs)
 
     def _refresh(self, select: Sequence[str] | None) -> None:
-        self.runs = list_runs(self.runs_dir) if self.runs_dir.is_dir() else []
+        self.runs = list_runs(self.runs_dir, read=self._read) if self.runs_dir.is_dir() else []
         keep = self.selected if select is None else list(select)
         if not keep and select is None:
             keep = [run.name for run in self.runs[-3:]]
@@ -224,6 +235,15 @@ class RunsBrowser:
         self._follow_running()  # a running run selected, or following turned back on
         acknowledge_widget_message(None)
 
+    def _read(self, path: Path) -> Events:
+        """A run's events, read again only when its log changed (size or modification time)."""
+        log = (path / METRICS_FILE).stat()
+        stamp = (log.st_mtime_ns, log.st_size)
+        cached = self._logs.get(path)
+        if cached is None or cached[0] != stamp:
+            cached = self._logs[path] = (stamp, read_run(path))
+        return cached[1]
+
     def _sorted(self) -> list[RunSummary]:
         return sorted(self.runs, key=_SORT_KEYS[self.sort.value])
 
@@ -236,7 +256,7 @@ class RunsBrowser:
     def _draw(self) -> None:
         by_name = {run.name: run for run in self.runs}
         chosen = [by_name[name] for name in self.selected if name in by_name]
-        names = list(dict.fromkeys(name for run in chosen for name in metric_names(run.path)))
+        names = list(dict.fromkeys(name for run in chosen for name in metric_names(self._read(run.path))))
         self._drawing = True
         try:
             current = self.metric.value
@@ -249,7 +269,7 @@ class RunsBrowser:
             self.figure.data = []
             order = [r.name for r in self.runs]
             for run in chosen:
-                xs, ys = metric_series(run.path, metric, x=x_axis)
+                xs, ys = metric_series(self._read(run.path), metric, x=x_axis)
                 color = _COLORS[order.index(run.name) % len(_COLORS)]
                 if smoothing > 0:
                     self.figure.add_scatter(
