@@ -3,7 +3,8 @@
 Workers start from a fork server (a clean process that imported torch but never ran it: no OpenMP thread
 pool, no CUDA context to inherit), so they are safe whatever the notebook did before. What they run travels
 as a `Payload`: the user's function, arguments and strategy pickled with cloudpickle (notebook-defined
-functions and classes by value), plus the launcher's working directory, environment and import path.
+functions and classes by value; large tensors and arrays as shared-memory files each worker maps
+copy-on-write, `shared_arrays`), plus the launcher's working directory, environment and import path.
 
 A worker joins the process group, runs the user's function with its strategy bound to it, streams the
 trainer's events to the launcher through a pipe, obeys the dashboard's control requests (rank 0 reads
@@ -37,6 +38,7 @@ import torch.distributed as dist
 from workbench.parallel.data_parallel import DataParallel
 from workbench.parallel.distributed import DistributedStrategy
 from workbench.parallel.process_group import leave_process_group
+from workbench.parallel.shared_arrays import SharedArrays, loads_sharing, pickle_sharing
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, Event
 from workbench.train.supervision import Supervision, supervised
@@ -63,9 +65,10 @@ class Payload:
     spec: bytes  # a cloudpickled WorkerSpec
 
     @classmethod
-    def of(cls, spec: WorkerSpec) -> Payload:
-        """The launcher's cwd, environment and sys.path now, and `spec` pickled (user code by value)."""
-        return cls(os.getcwd(), dict(os.environ), list(sys.path), dumps_by_value(spec, spec.fn))
+    def of(cls, spec: WorkerSpec, shared: SharedArrays) -> Payload:
+        """The launcher's cwd, environment and sys.path now, and `spec` pickled (user code by value, large
+        tensors and arrays as files of `shared`)."""
+        return cls(os.getcwd(), dict(os.environ), list(sys.path), dumps_by_value(spec, spec.fn, shared))
 
     def open(self) -> WorkerSpec:
         """Stand where the launcher stood and unpickle the spec (in the worker)."""
@@ -78,18 +81,19 @@ class Payload:
             # starts here (DataLoader workers) gets the platform's usual fork again, which passes it the
             # dataset as it is (classes pickled by value could not be pickled a second time)
             multiprocessing.set_start_method("fork", force=True)
-        return cloudpickle.loads(self.spec)
+        return loads_sharing(self.spec)
 
 
-def dumps_by_value(value: Any, fn: Callable[..., Any]) -> bytes:
+def dumps_by_value(value: Any, fn: Callable[..., Any], shared: SharedArrays | None = None) -> bytes:
     """`value` cloudpickled, with the module that defines `fn` pickled by value when it is user code (a
-    script, a test file, a notebook's ``__main__``): a worker may not be able to import it by name."""
+    script, a test file, a notebook's ``__main__``): a worker may not be able to import it by name. With
+    `shared`, its large tensors and arrays go to shared-memory files instead (see `shared_arrays`)."""
     module = sys.modules.get(getattr(fn, "__module__", "") or "")
     by_value = module is not None and module.__name__ != "__main__" and _is_user_code(module)
     if by_value:
         cloudpickle.register_pickle_by_value(module)
     try:
-        return cloudpickle.dumps(value)
+        return cloudpickle.dumps(value) if shared is None else pickle_sharing(value, shared)
     finally:
         if by_value:
             cloudpickle.unregister_pickle_by_value(module)

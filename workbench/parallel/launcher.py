@@ -3,9 +3,11 @@
 Workers start from a fork server by default: a clean process that has imported torch but never run it, so a
 worker is safe whatever this process did before (torch ops on several threads, whose OpenMP pool a plain
 fork inherits and hangs on; CUDA already in use). The function, its arguments and the strategy reach the
-workers through cloudpickle, so functions and classes defined in the notebook work; arguments are copied to
-each worker (a plain fork would share them copy-on-write: ``start_method="fork"`` does that, where the
-notebook has run torch on one thread only and not touched CUDA). The workers join a process group on a free
+workers through cloudpickle, so functions and classes defined in the notebook work. Tensors and NumPy
+arrays of 1 MiB or more (your dataset) are written once to shared memory and mapped copy-on-write by every
+worker, so they cost one copy whatever the number of ranks and still behave as each worker's own
+(`workbench.parallel.shared_arrays`); a module's parameters and buffers are copied, each rank trains its
+own. The workers join a process group on a free
 port of 127.0.0.1, and each calls ``fn(strategy, *args)`` with the strategy bound to that group: a
 `DataParallel` unless ``strategy=`` names another (`FullyShardedDataParallel`, `PipelineParallel`,
 `TensorParallel`), which is checked against ``model=`` and ``config=`` before any process starts. While they
@@ -55,6 +57,7 @@ from workbench.parallel._worker import (
 from workbench.parallel.data_parallel import DataParallel
 from workbench.parallel.distributed import DistributedStrategy
 from workbench.parallel.process_group import BACKENDS, default_backend
+from workbench.parallel.shared_arrays import SharedArrays
 from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, CallbackList
@@ -303,23 +306,31 @@ class _Supervisor:
         self.hung: dict[int, str] = {}  # rank → stacks of workers still running when another failed
 
     def run(self) -> None:
-        self._start()
-        try:
-            self._watch()
-        except BaseException:
-            self._stop_workers()
-            raise
-        finally:
-            for connection in [*self.events, self.commands]:
-                if connection is not None:
-                    connection.close()
+        with SharedArrays() as shared:  # its files outlive the workers, who map them
+            self._start(shared)
+            if shared.by_value and self.job.verbose:
+                print(
+                    f"launch: note: {len(shared.by_value)} large argument(s) copied to each worker instead "
+                    f"of shared ({'; '.join(shared.by_value[:2])}); give {shared.folder.parent} more room "
+                    "(docker run --shm-size=...) to share them",
+                    flush=True,
+                )
+            try:
+                self._watch()
+            except BaseException:
+                self._stop_workers()
+                raise
+            finally:
+                for connection in [*self.events, self.commands]:
+                    if connection is not None:
+                        connection.close()
 
-    def _start(self) -> None:
+    def _start(self, shared: SharedArrays) -> None:
         method = self.job.start_method
         context = multiprocessing.get_context(method)
         if method == "forkserver":
             context.set_forkserver_preload(_PRELOAD)  # used when this process first starts its server
-        payload = Payload.of(self.spec)
+        payload = Payload.of(self.spec, shared)
         pipes = [context.Pipe(duplex=False) for _ in range(self.spec.world_size)]
         command_read, command_write = context.Pipe(duplex=False)
         everything = [end for pipe in pipes for end in pipe] + [command_read, command_write]
