@@ -1,6 +1,7 @@
 """The same training entry points under torchrun: one node with 2 processes, and 2 nodes on loopback."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,11 @@ def test_two_nodes_on_loopback_train_together_to_the_same_parameters(tmp_path, f
             node.kill()
     assert [node.returncode for node in nodes] == [0, 0], outputs
     _assert_ranks_match_reference(tmp_path, world_size=2)
+    # each agent numbered its process LOCAL_RANK=0; sharing this machine, they became 0 and 1 of 2 (so on a
+    # GPU machine they would take GPUs 0 and 1, not both GPU 0)
+    local = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert sorted(x["local_rank"] for x in local) == [0, 1]
+    assert {x["local_world_size"] for x in local} == {"2"}
 
 
 def test_one_node_with_two_processes(tmp_path):

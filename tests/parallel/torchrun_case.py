@@ -3,6 +3,8 @@
 torchrun --nproc-per-node 2 tests/train/torchrun_case.py OUT_DIR
 """
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -49,6 +51,8 @@ def main(out: Path) -> None:
     net = model()
     Trainer(net, torch.nn.functional.mse_loss, splits(), CONFIG, strategy=strategy).fit()
     torch.save(net.state_dict(), out / f"rank{strategy.rank}.pt")
+    local = {"local_rank": strategy.local_rank, "local_world_size": os.environ["LOCAL_WORLD_SIZE"]}
+    (out / f"rank{strategy.rank}.json").write_text(json.dumps(local))
     strategy.close()
 
 

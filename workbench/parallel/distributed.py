@@ -49,7 +49,8 @@ class DistributedStrategy(StrategyBase):
         """Join the process group described by torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR…).
 
         Args:
-            backend: ``"gloo"`` or ``"nccl"``; default nccl when CUDA is available, else gloo.
+            backend: ``"gloo"`` or ``"nccl"``; default nccl where this machine has a GPU for each of the
+                job's processes on it, else gloo (`workbench.parallel.process_group.place`).
             timeout_s: how long collectives (and the rendezvous) wait for the other ranks.
             **options: the strategy's own options (e.g. ``schedule="1f1b"`` for `PipelineParallel`).
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import datetime
 import gc
 import os
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -19,9 +23,13 @@ _TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTE
 def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1800, who: str = "") -> None:
     """Initialise the process group from torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR…), once.
 
-    `backend`: ``"gloo"`` or ``"nccl"`` (default nccl where torch sees a GPU for each of this machine's
-    processes, LOCAL_WORLD_SIZE; else gloo); `who` names the caller in
-    the error raised outside torchrun.
+    Before joining, the ranks tell each other their machine through torchrun's store, so that processes
+    sharing a machine get distinct local ranks and GPUs even when separate torchrun agents started them
+    (each agent numbers its own from LOCAL_RANK=0): LOCAL_RANK and LOCAL_WORLD_SIZE are set to this
+    machine's numbering. See `place` for the backend and GPU each process gets.
+
+    `backend`: ``"gloo"``, ``"nccl"`` or None (the choice of `place`); `who` names the caller in the error
+    raised outside torchrun.
     """
     missing = [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
     if missing:
@@ -30,13 +38,77 @@ def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1
             "set. Start the script with `torchrun --nproc-per-node N script.py` (or use launch() in a "
             "notebook)"
         )
-    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    backend = default_backend(local_processes) if backend is None else backend
-    check_choice("backend", backend, BACKENDS)
-    if not dist.is_initialized():
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    if backend is not None:
+        check_choice("backend", backend, BACKENDS)
+    if dist.is_initialized():
+        return
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))  # as init_process_group does
+    store.set_timeout(timeout)
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    placement = place(backend, gpus, ranks_on_this_machine(store, rank, world_size), rank)
+    os.environ.update(LOCAL_RANK=str(placement.local_rank), LOCAL_WORLD_SIZE=str(placement.local_world_size))
+    if placement.note and placement.local_rank == 0:
+        print(f"workbench: note: {placement.note}", file=sys.stderr, flush=True)
+    if placement.backend == "nccl":
+        torch.cuda.set_device(placement.local_rank)
+    dist.init_process_group(placement.backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a process of a distributed job uses on its machine."""
+
+    backend: str
+    local_rank: int  # its index among the job's processes on this machine (its GPU under nccl)
+    local_world_size: int  # the job's processes on this machine
+    note: str | None = None  # said once per machine when the choice is not the obvious one
+
+
+def place(requested: str | None, gpus: int, ranks_here: list[int], rank: int) -> Placement:
+    """The backend and local rank of `rank`, one of `ranks_here` (the job's ranks on its machine), which
+    has `gpus` GPUs: nccl with a GPU each where there are enough (nccl cannot share one between processes),
+    else gloo on CPU with a note; nccl asked for without enough GPUs is refused.
+
+    Example (the logic only; two torchrun agents on one machine with 2 GPUs, then with 1):
+        >>> place(None, gpus=2, ranks_here=[0, 1], rank=1)
+        Placement(backend='nccl', local_rank=1, local_world_size=2, note=None)
+        >>> place(None, gpus=1, ranks_here=[0, 1], rank=1).backend
+        'gloo'
+    """
+    processes, local_rank = len(ranks_here), ranks_here.index(rank)
+    enough = 0 < processes <= gpus
+    if requested == "nccl" and not enough:
+        raise ValueError(
+            f"backend='nccl' needs a GPU for each of the {processes} processes of this job on this machine "
+            f"({socket.gethostname()}), and torch sees {gpus}. Fix: start fewer processes per machine, give "
+            "the machine's GPUs to this job (CUDA_VISIBLE_DEVICES), or use the gloo backend (--backend gloo)"
+        )
+    if requested == "gloo" or not enough:
+        note = None
+        if requested is None and gpus > 0:
+            note = (
+                f"{processes} processes of this job share {gpus} GPU(s) on this machine and nccl needs one "
+                "each: they use gloo on CPU (start at most one process per GPU to train on the GPUs)"
+            )
+        return Placement("gloo", local_rank, processes, note)
+    return Placement("nccl", local_rank, processes)
+
+
+def ranks_on_this_machine(store: dist.Store, rank: int, world_size: int) -> list[int]:
+    """The ranks of the job that run on this machine, in order (every rank calls it: it waits for all)."""
+    hosts = dist.PrefixStore("workbench/machine/", store)
+    hosts.set(str(rank), machine_id())
+    keys = [str(r) for r in range(world_size)]
+    hosts.wait(keys)
+    here = machine_id()
+    return [r for r, key in zip(range(world_size), keys, strict=True) if hosts.get(key).decode() == here]
+
+
+def machine_id() -> str:
+    """This machine: its host name and, where Linux has one, its boot id (containers may share a name)."""
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    return f"{socket.gethostname()}/{boot.read_text().strip() if boot.exists() else ''}"
 
 
 def leave_process_group(wait_for_others: bool) -> None:
