@@ -10,6 +10,7 @@
 #   LAB_ARGS     extra arguments for `jupyter lab`, e.g. --no-browser
 #   PYTEST_ARGS  extra arguments for pytest, e.g. -k data
 #   CHROMIUM     the browser the notebook browser test drives       (/usr/bin/chromium; apt installs it)
+#   MPIRUN       Open MPI's launcher the mpirun tests start          (/usr/bin/mpirun; apt installs it)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -19,6 +20,7 @@ PORT ?= 8888
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 CHROMIUM ?= /usr/bin/chromium
+MPIRUN ?= /usr/bin/mpirun
 
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
@@ -32,13 +34,14 @@ export JUPYTER_PREFER_ENV_PATH := 1
 # kernel compile checks without NVIDIA's pip toolchain (the `toolchain` extra installed below).
 export WORKBENCH_CHROMIUM := $(CHROMIUM)
 export WORKBENCH_REQUIRE_TOOLCHAIN := 1
+export WORKBENCH_REQUIRE_MPIRUN := 1
 
 .PHONY: lab test install lint screenshots clean
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(AS_ROOT) $(LAB_ARGS)
 
-test: $(STAMP) $(CHROMIUM)
+test: $(STAMP) $(CHROMIUM) $(MPIRUN)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -71,6 +74,14 @@ $(CHROMIUM):
 	else echo "$(CHROMIUM) is missing: install Debian's chromium (apt-get install chromium)" >&2; exit 1; fi; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null
 	test -x $(CHROMIUM)
+
+# Debian's Open MPI for the tests that train under a real `mpirun` (torch's wheel has no MPI backend: the
+# ranks read Open MPI's variables and talk through gloo).
+$(MPIRUN):
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	else echo "$(MPIRUN) is missing: install Debian's openmpi-bin (apt-get install openmpi-bin)" >&2; exit 1; fi; \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openmpi-bin >/dev/null
+	test -x $(MPIRUN)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

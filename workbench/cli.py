@@ -349,12 +349,13 @@ def _strategy(args: argparse.Namespace) -> Any:
 
 
 def _train_distributed(args: argparse.Namespace) -> int:
-    """Under torchrun: be one rank. Otherwise: print the torchrun command, or launch local processes."""
+    """Under a launcher (torchrun, mpirun, srun): be one rank. Otherwise: print the torchrun command, or
+    launch local processes."""
     from workbench.parallel import launch
-    from workbench.parallel.process_group import join_process_group_from_env, under_torchrun
+    from workbench.parallel.process_group import join_process_group_from_env, under_a_launcher
 
     strategy = _strategy(args)
-    if under_torchrun():
+    if under_a_launcher():  # torchrun, TorchDistributor, mpirun or srun started this process
         join_process_group_from_env(args.backend, who=f"--strategy {args.strategy}")
         strategy.bind()
         try:

@@ -25,12 +25,7 @@ def _case():
 
 
 def _assert_ranks_match_reference(out: Path, world_size: int) -> None:
-    states = [torch.load(out / f"rank{rank}.pt") for rank in range(world_size)]
-    reference = _case().reference(world_size).state_dict()
-    for name, expected in reference.items():
-        for state in states:
-            assert (state[name] - expected).abs().max() <= 1e-5, name
-    assert not torch.equal(states[0]["1.weight"], _case().model().state_dict()["1.weight"])  # it trained
+    _case().assert_ranks_match_reference(out, world_size)
 
 
 def test_two_nodes_on_loopback_train_together_to_the_same_parameters(tmp_path, free_port):
@@ -83,10 +78,14 @@ def test_workbench_train_runs_as_ranks_under_torchrun(tmp_path):
     assert (tmp_path / "tr" / "checkpoint.pt").is_file()
 
 
-def test_from_env_outside_torchrun_names_the_missing_variables(monkeypatch):
+def test_from_env_outside_any_launcher_names_the_variables_and_the_commands(monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT not set"):
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(
+        RuntimeError, match=r"torchrun's \(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT\)"
+    ):
         DataParallel.from_env()
 
 

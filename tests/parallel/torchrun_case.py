@@ -46,6 +46,16 @@ def reference(world_size: int) -> torch.nn.Module:
     return net
 
 
+def assert_ranks_match_reference(out: Path, world_size: int) -> None:
+    """Every rank's saved parameters equal the one-process reference to 1e-5, and training moved them."""
+    states = [torch.load(out / f"rank{rank}.pt") for rank in range(world_size)]
+    expected_state = reference(world_size).state_dict()
+    for name, expected in expected_state.items():
+        for state in states:
+            assert (state[name] - expected).abs().max() <= 1e-5, name
+    assert not torch.equal(states[0]["1.weight"], model().state_dict()["1.weight"])  # it trained
+
+
 def main(out: Path) -> None:
     strategy = DataParallel.from_env()
     net = model()

@@ -24,6 +24,7 @@ _HOMES = {
     "DistributedStrategy": "workbench.parallel.distributed",
     "FullyShardedDataParallel": "workbench.parallel.fsdp",
     "Launch": "workbench.parallel.launcher",
+    "LaunchEnv": "workbench.parallel.launch_env",
     "PipelineParallel": "workbench.parallel.pipeline",
     "STRATEGIES": "workbench.parallel.registry",
     "StepTimeline": "workbench.parallel.timeline",
@@ -31,13 +32,14 @@ _HOMES = {
     "TensorParallel": "workbench.parallel.tensor_parallel",
     "WorkerFailed": "workbench.parallel.launcher",
     "default_backend": "workbench.parallel.process_group",
+    "detect_launch_env": "workbench.parallel.launch_env",
     "free_port": "workbench.parallel.launcher",
     "join_process_group_from_env": "workbench.parallel.process_group",
     "launch": "workbench.parallel.launcher",
     "leave_process_group": "workbench.parallel.process_group",
     "per_rank_batch_size": "workbench.parallel.data_parallel",
     "strategy_spec": "workbench.parallel.registry",
-    "under_torchrun": "workbench.parallel.process_group",
+    "under_a_launcher": "workbench.parallel.process_group",
 }
 
 __all__ = sorted(_HOMES)

@@ -14,14 +14,15 @@ import torch
 import torch.distributed as dist
 
 from workbench._validate import check_choice
+from workbench.parallel.launch_env import TORCHRUN_VARIABLES, detect_launch_env
 
 BACKENDS = ("gloo", "nccl")
-# Variables torchrun (and `launch`) set for every worker.
-_TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1800, who: str = "") -> None:
-    """Initialise the process group from torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR…), once.
+    """Initialise the process group from the launcher's variables, once: torchrun's (RANK, WORLD_SIZE,
+    MASTER_ADDR…; also TorchDistributor's), Open MPI's or MPICH's ``mpirun``, or Slurm's ``srun``
+    (`workbench.parallel.launch_env`; torchrun's variables are set from the others').
 
     Before joining, the ranks tell each other their machine through torchrun's store, so that processes
     sharing a machine get distinct local ranks and GPUs even when separate torchrun agents started them
@@ -29,15 +30,18 @@ def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1
     machine's numbering. See `place` for the backend and GPU each process gets.
 
     `backend`: ``"gloo"``, ``"nccl"`` or None (the choice of `place`); `who` names the caller in the error
-    raised outside torchrun.
+    raised outside any launcher.
     """
-    missing = [name for name in _TORCHRUN_VARIABLES if name not in os.environ]
-    if missing:
+    launcher = detect_launch_env()
+    if launcher is None:
         raise RuntimeError(
-            f"{who or 'join_process_group_from_env'} needs torchrun's variables; {', '.join(missing)} not "
-            "set. Start the script with `torchrun --nproc-per-node N script.py` (or use launch() in a "
-            "notebook)"
+            f"{who or 'join_process_group_from_env'} needs a launcher's variables and none are set: not "
+            f"torchrun's ({', '.join(TORCHRUN_VARIABLES)}), Open MPI's (OMPI_COMM_WORLD_RANK…), MPICH's "
+            "(PMI_RANK…) nor Slurm srun's (SLURM_PROCID…). Start the script with `torchrun "
+            "--nproc-per-node N script.py`, `mpirun -np N python script.py` or `srun -n N python "
+            "script.py` (or use launch() in a notebook)"
         )
+    os.environ.update(launcher.variables())
     if backend is not None:
         check_choice("backend", backend, BACKENDS)
     if dist.is_initialized():
@@ -125,9 +129,10 @@ def leave_process_group(wait_for_others: bool) -> None:
     dist.destroy_process_group()
 
 
-def under_torchrun() -> bool:
-    """True in a process started by torchrun (or anything that sets RANK, WORLD_SIZE, MASTER_ADDR…)."""
-    return all(name in os.environ for name in _TORCHRUN_VARIABLES)
+def under_a_launcher() -> bool:
+    """True in a process started by torchrun, TorchDistributor, mpirun or srun (see `detect_launch_env`;
+    ValueError when a launcher's variables are there but cannot place the process)."""
+    return detect_launch_env() is not None
 
 
 def default_backend(processes: int = 1) -> str:
