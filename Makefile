@@ -11,6 +11,7 @@
 #   PYTEST_ARGS  extra arguments for pytest, e.g. -k data
 #   CHROMIUM     the browser the notebook browser test drives       (/usr/bin/chromium; apt installs it)
 #   MPIRUN       Open MPI's launcher the mpirun tests start          (/usr/bin/mpirun; apt installs it)
+#   JAVA         the JVM Spark's tests run on, 17 or newer           (/usr/bin/java; apt installs it)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -21,6 +22,7 @@ LAB_ARGS ?=
 PYTEST_ARGS ?=
 CHROMIUM ?= /usr/bin/chromium
 MPIRUN ?= /usr/bin/mpirun
+JAVA ?= /usr/bin/java
 
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
@@ -41,7 +43,7 @@ export WORKBENCH_REQUIRE_MPIRUN := 1
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(AS_ROOT) $(LAB_ARGS)
 
-test: $(STAMP) $(CHROMIUM) $(MPIRUN)
+test: $(STAMP) $(CHROMIUM) $(MPIRUN) $(JAVA)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -64,7 +66,7 @@ lint: $(STAMP)
 $(STAMP): pyproject.toml $(CONSTRAINTS) kernels/workbench/kernel.json workbench/kernelspec.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet $(PIN) torch
-	$(PIP) install --quiet $(PIN) -e '.[test,dev,toolchain,tensorboard,mlflow]'
+	$(PIP) install --quiet $(PIN) -e '.[test,dev,toolchain,tensorboard,mlflow,spark]'
 	$(BIN)/workbench kernel install --sys-prefix
 	touch $@
 
@@ -82,6 +84,13 @@ $(MPIRUN):
 	else echo "$(MPIRUN) is missing: install Debian's openmpi-bin (apt-get install openmpi-bin)" >&2; exit 1; fi; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openmpi-bin >/dev/null
 	test -x $(MPIRUN)
+
+# Java for the Spark tests (pyspark runs a JVM; Spark 4 needs 17 or newer).
+$(JAVA):
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	else echo "$(JAVA) is missing: install Java 17 (apt-get install openjdk-17-jre-headless)" >&2; exit 1; fi; \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+	test -x $(JAVA)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

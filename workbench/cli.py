@@ -164,6 +164,17 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     ddp.add_argument("--microbatches", type=int, default=4, help="--strategy pipeline: per batch (default 4)")
     ddp.add_argument("--split-points", help="--strategy pipeline: layers where stages begin, e.g. block1")
     ddp.add_argument("--nproc-per-node", type=int, default=2, help="processes per machine (default 2)")
+    ddp.add_argument(
+        "--spark-master",
+        metavar="URL",
+        help="run the --nproc-per-node ranks as Spark tasks through TorchDistributor on this master, e.g. "
+        "local[2] or spark://host:7077 (the spark extra)",
+    )
+    ddp.add_argument(
+        "--spark-on-driver",
+        action="store_true",
+        help="with --spark-master: run the ranks on the driver (TorchDistributor's local_mode)",
+    )
     ddp.add_argument("--nnodes", type=int, default=1, help="machines; > 1 prints the torchrun command")
     ddp.add_argument("--master-addr", default="127.0.0.1", help="rendezvous host (the first machine)")
     ddp.add_argument("--master-port", type=int, default=29500, help="rendezvous port")
@@ -377,7 +388,38 @@ def _train_distributed(args: argparse.Namespace) -> int:
     def train(strategy: Any) -> int:  # the workers train the experiment built (and checked) here
         return _train_here(args, strategy, experiment)
 
+    if args.spark_master is not None:
+        return _train_on_spark(args, train, strategy)
     return launch(train, args.nproc_per_node, strategy=strategy, backend=args.backend)
+
+
+def _train_on_spark(args: argparse.Namespace, train: Any, strategy: Any) -> int:
+    """The ranks as Spark tasks (or on the driver) of a session on --spark-master."""
+    import os
+
+    from workbench.parallel.spark import SPARK_INSTALL, check_java, run_on_spark
+
+    try:
+        from pyspark.sql import SparkSession
+    except ModuleNotFoundError:
+        raise ValueError(f"--spark-master needs pyspark, which is not installed: {SPARK_INSTALL}") from None
+    try:
+        check_java()
+    except RuntimeError as error:
+        raise ValueError(str(error)) from None
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers on a local master run this one
+    session = SparkSession.builder.master(args.spark_master).appName("workbench train").getOrCreate()
+    try:
+        return run_on_spark(
+            train,
+            args.nproc_per_node,
+            strategy=strategy,
+            local_mode=args.spark_on_driver,
+            spark=session,
+            backend=args.backend,
+        )
+    finally:
+        session.stop()
 
 
 _LAUNCHER_FLAGS = (

@@ -305,3 +305,28 @@ def test_any_random_bytes_are_refused_as_unreadable_never_a_raw_error(tmp_path):
         path.write_bytes(generator.randbytes(generator.randint(1, 8192)))
         with pytest.raises(ValueError, match="is not a readable checkpoint"):
             load_checkpoint(path)
+
+
+def _count_config_writes(strategy, runs_dir):
+    from workbench.train.run_dir import RunDir
+
+    writes = []
+    original = RunDir.write_config
+
+    def counted(self, config):
+        writes.append(config)
+        return original(self, config)
+
+    RunDir.write_config = counted
+    e = build_experiment("digits-mlp", epochs=1)
+    Trainer(e.model, e.loss_fn, e.splits, e.config, strategy=strategy, run="ddp", runs_dir=runs_dir).fit()
+    return strategy.gather_object(len(writes))
+
+
+def test_only_rank_0_writes_the_run_files_of_a_ddp_run(tmp_path):
+    """On a shared filesystem every rank's run directory is the same one: one writer."""
+    from workbench.parallel import launch
+
+    writes = launch(_count_config_writes, 2, args=(tmp_path,), verbose=False)
+    assert writes == [1, 0]
+    assert (tmp_path / "ddp" / "config.json").is_file()

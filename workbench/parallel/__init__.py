@@ -38,6 +38,7 @@ _HOMES = {
     "launch": "workbench.parallel.launcher",
     "leave_process_group": "workbench.parallel.process_group",
     "per_rank_batch_size": "workbench.parallel.data_parallel",
+    "run_on_spark": "workbench.parallel.spark",
     "strategy_spec": "workbench.parallel.registry",
     "under_a_launcher": "workbench.parallel.process_group",
 }

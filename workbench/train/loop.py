@@ -474,7 +474,7 @@ class Trainer:
             self.checkpoint = path
         known = self.total_steps is not None
         self._memory_step = self.step + (1 if known and self.total_steps - self.step < 2 else 2)
-        if self.run_dir is not None:
+        if self.run_dir is not None and self.strategy.is_main:  # one writer, also on a shared filesystem
             self.run_dir.write_config(self.config)
 
     def _save(self) -> None:
