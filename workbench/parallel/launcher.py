@@ -56,7 +56,7 @@ from workbench.parallel._worker import (
 )
 from workbench.parallel.data_parallel import DataParallel
 from workbench.parallel.distributed import DistributedStrategy
-from workbench.parallel.process_group import BACKENDS, default_backend
+from workbench.parallel.process_group import BACKENDS, default_backend, visible_gpus
 from workbench.parallel.shared_arrays import SharedArrays
 from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
@@ -240,7 +240,7 @@ class Launch:
             where = f"GPUs 0-{self.nprocs - 1}, one per process"
         else:
             where = f"CPU, {self.threads} thread{'s' if self.threads > 1 else ''} each"
-            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            gpus = visible_gpus()
             if gpus:  # the default chose gloo: too few GPUs for one per process
                 where += f"; {gpus} GPU(s) for {self.nprocs} processes, nccl needs one each"
         port = port if port is not None else self.port

@@ -49,8 +49,7 @@ def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1
     timeout = datetime.timedelta(seconds=timeout_s)
     store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))  # as init_process_group does
     store.set_timeout(timeout)
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    placement = place(backend, gpus, ranks_on_this_machine(store, rank, world_size), rank)
+    placement = place(backend, visible_gpus(), ranks_on_this_machine(store, rank, world_size), rank)
     os.environ.update(LOCAL_RANK=str(placement.local_rank), LOCAL_WORLD_SIZE=str(placement.local_world_size))
     if placement.note and placement.local_rank == 0:
         print(f"workbench: note: {placement.note}", file=sys.stderr, flush=True)
@@ -136,10 +135,16 @@ def under_a_launcher() -> bool:
 
 
 def default_backend(processes: int = 1) -> str:
-    """nccl where torch sees a GPU for each of `processes` (nccl needs one per process), else gloo.
+    """nccl where torch sees a GPU for each of `processes` on this machine (nccl needs one per process),
+    else gloo: `place`'s rule for a job whose processes all run here.
 
     Example:
         >>> default_backend(processes=torch.cuda.device_count() + 1)
         'gloo'
     """
-    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= processes else "gloo"
+    return place(None, visible_gpus(), list(range(processes)), 0).backend
+
+
+def visible_gpus() -> int:
+    """The GPUs torch sees here (0 without CUDA); asks the driver without creating a CUDA context."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
