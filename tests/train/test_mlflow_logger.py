@@ -185,4 +185,4 @@ def test_workbench_train_log_mlflow_writes_the_run_to_the_runs_dir_store(tmp_pat
         s["step"] for s in steps
     ]
     assert (tmp_path / "tensorboard" / "cli").is_dir()
-    assert mlflow_logger._flatten({"a": {"b": 1}, "c": [1, 2]}) == {"a.b": "1", "c": "[1, 2]"}
+    assert mlflow_logger._params({"a": {"b": 1}, "c": [1, 2]}) == {"a.b": "1", "c": "[1, 2]"}

@@ -136,7 +136,7 @@ def summarize_run(path: str | os.PathLike, events: Events | None = None) -> RunS
 def config_diff(runs: list[RunSummary]) -> dict[str, list[Any]]:
     """The config fields (dotted, e.g. ``optimizer.lr``) whose values differ between `runs`, each with the
     runs' values in order; fields the same everywhere are left out."""
-    flat = [_flatten(run.config) for run in runs]
+    flat = [flatten_config(run.config) for run in runs]
     names = sorted({name for config in flat for name in config})
     return {
         name: [config.get(name) for config in flat]
@@ -211,11 +211,12 @@ def _config(path: Path, start: dict[str, Any]) -> dict[str, Any]:
         return dict(start.get("config") or {})
 
 
-def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config fields as dotted names: ``{"optimizer": {"lr": 0.1}}`` → ``{"optimizer.lr": 0.1}``."""
     flat = {}
     for key, value in config.items():
         if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten_config(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat

@@ -11,6 +11,7 @@ from typing import Any
 from workbench._validate import check_positive
 from workbench.train.events import Event
 from workbench.train.loggers.rank_zero import RankZeroLogger
+from workbench.train.runs import flatten_config
 
 _RUN_TAG = "workbench.run"  # the workbench run name: a resumed fit continues the MLflow run holding it
 _STATUS = {"finished": "FINISHED", "stopped": "KILLED", "failed": "FAILED"}
@@ -28,8 +29,8 @@ class MLflowLogger(RankZeroLogger):
     FINISHED, KILLED (stopped) or FAILED. A resumed fit continues the MLflow run of the same name. Metrics
     are queued on the training thread and sent in batches by a background thread of the logger's own, every
     `flush_every_s` seconds while the fit runs and at its end (each batch is a database transaction: on a
-    3-second benchmark run, ~7 ms of CPU each). (MLflow's own asynchronous
-    logging waits up to a second for its thread at the end of every run.)
+    3-second benchmark run, ~7 ms of CPU each; MLflow's own asynchronous logging would wait up to a second
+    for its thread at the end of every run).
 
     Open them with ``mlflow ui --backend-store-uri sqlite:///runs/mlflow.db --host 127.0.0.1``.
 
@@ -100,7 +101,7 @@ class MLflowLogger(RankZeroLogger):
                 experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items() if v is not None}
             )
             self.run_id = run.info.run_id
-            self._log_params(_flatten(info.get("config", {})))
+            self._log_params(_params(info.get("config", {})))
         self._flushed_at = time.monotonic()
 
     def _write_step(self, numbers: dict[str, float], event: Event) -> None:
@@ -194,12 +195,7 @@ def _tracking_uri(target: Any) -> tuple[str, Path | None]:
     )
 
 
-def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
-    """``{"optimizer": {"lr": 0.1}}`` → ``{"optimizer.lr": "0.1"}``; values as MLflow keeps them (≤ 6000
-    characters)."""
-    if not isinstance(config, dict):
-        return {prefix: str(config)[:6000]} if prefix else {}
-    flat: dict[str, str] = {}
-    for key, value in config.items():
-        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return flat
+def _params(config: dict[str, Any]) -> dict[str, str]:
+    """``{"optimizer": {"lr": 0.1}}`` → ``{"optimizer.lr": "0.1"}``: dotted names (as `workbench runs --diff`
+    shows them), values as MLflow keeps them (text, ≤ 6000 characters)."""
+    return {name: str(value)[:6000] for name, value in flatten_config(config).items()}
