@@ -12,6 +12,13 @@ def test_small_benchmark_measures_every_row():
     timings = (result.hand_written_s, result.trainer_s, result.hand_loader_s, result.trainer_loader_s)
     assert min(*timings, result.dashboard_s, result.background_s, result.logged_s) > 0
     assert result.loader_ratio == result.trainer_loader_s / result.hand_loader_s
+    assert (
+        result.logs_thread_s > result.logs_events_s > 0 and result.logs_cpu_s >= 0
+    )  # metrics.jsonl's writer
+    assert result.logs_events_ratio == pytest.approx(1 + result.logs_events_s / result.trainer_s)
+    assert result.logs_work_ratio == pytest.approx(
+        1 + (result.logs_thread_s + result.logs_cpu_s) / result.trainer_s
+    )
     assert result.dashboard_us_per_step_mean > 0 and result.history_points == 500
     assert 0 <= result.sampler_core_fraction < 1
     table = result.table()
@@ -19,6 +26,8 @@ def test_small_benchmark_measures_every_row():
         "hand-written loop",
         "Trainer over a torch Dataset",
         "Trainer + logs",
+        "the logs' own work in step and evaluation events",
+        "once per fit",
         "Trainer + Dashboard",
         "device sampler",
     )

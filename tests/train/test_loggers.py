@@ -6,7 +6,7 @@ import pytest
 
 from workbench.presets import build_experiment
 from workbench.train import Trainer, read_metrics
-from workbench.train.loggers import TensorBoardLogger
+from workbench.train.loggers import TensorBoardLogger, tensorboard_logger
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator", reason="the tensorboard extra is not installed"
@@ -49,7 +49,7 @@ def test_a_logger_that_fails_mid_run_warns_once_and_training_and_the_jsonl_go_on
     e = build_experiment("digits-mlp", epochs=2, log_every=1)
     trainer = Trainer(e.model, e.loss_fn, e.splits, e.config, callbacks=[logger], run="r", runs_dir=tmp_path)
     calls = {"n": 0}
-    original = TensorBoardLogger._write
+    original = tensorboard_logger._EventFile.write_scalars
 
     def disk_full_after_ten_steps(self, scalars, step):
         calls["n"] += 1
@@ -57,7 +57,7 @@ def test_a_logger_that_fails_mid_run_warns_once_and_training_and_the_jsonl_go_on
             raise OSError(28, "No space left on device")
         original(self, scalars, step)
 
-    monkeypatch.setattr(TensorBoardLogger, "_write", disk_full_after_ten_steps)
+    monkeypatch.setattr(tensorboard_logger._EventFile, "write_scalars", disk_full_after_ten_steps)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = trainer.fit()
@@ -78,3 +78,23 @@ def test_workbench_train_log_tensorboard_writes_the_run_beside_its_metrics(tmp_p
     board = _read_back(tmp_path / "tensorboard" / "cli")
     steps = read_metrics(tmp_path / "cli", kind="step")
     assert [event.step for event in board.Scalars("train/loss")] == [s["step"] for s in steps]
+
+
+def test_tensorboard_sees_steps_while_the_fit_runs_and_bad_flush_intervals_are_named(tmp_path):
+    from workbench.train.events import Callback
+
+    e = build_experiment("digits-mlp", epochs=2, log_every=1)
+    seen_while_training = []
+
+    class ReadsTensorBoard(Callback):
+        def on_step(self, metrics):
+            if metrics["step"] == 20:
+                board = _read_back(tmp_path / "tb" / "live")
+                seen_while_training.extend(event.step for event in board.Scalars("train/loss"))
+
+    logger = TensorBoardLogger(tmp_path / "tb", flush_every_s=1e-9)  # flushed at every step
+    callbacks = [logger, ReadsTensorBoard()]
+    Trainer(e.model, e.loss_fn, e.splits, e.config, callbacks=callbacks, run="live", runs_dir=tmp_path).fit()
+    assert seen_while_training == list(range(1, 21))
+    with pytest.raises(ValueError, match="flush_every_s must be a finite number > 0, got 0"):
+        TensorBoardLogger(tmp_path / "tb", flush_every_s=0)

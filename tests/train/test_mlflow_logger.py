@@ -1,13 +1,15 @@
 """MLflow reads back what the run logged: the same numbers as metrics.jsonl (a DDP run too), the config as
 params, the checkpoint as an artifact, a resumed fit in the same MLflow run, and a failure that never stops
-training."""
+training (nor a slow store at the start)."""
 
+import time
 import warnings
 
 import pytest
 
 from workbench.presets import build_experiment
 from workbench.train import MLflowLogger, Trainer, read_metrics
+from workbench.train.events import Callback
 from workbench.train.loggers import mlflow_logger
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
@@ -137,6 +139,38 @@ def test_an_mlflow_failure_mid_run_warns_once_and_training_and_the_jsonl_go_on(t
     assert len(read_metrics(tmp_path / "r", kind="step")) == 46 and logger.failed is not None
     [run] = _runs(tmp_path / "m.db")
     assert len(_client(tmp_path / "m.db").get_metric_history(run.info.run_id, "train/loss")) >= 5
+
+
+def test_the_fit_does_not_wait_for_the_mlflow_run_and_a_store_that_fails_at_start_warns_once(
+    tmp_path, monkeypatch
+):
+    e = build_experiment("digits-mlp", epochs=1, log_every=1)
+    logger = MLflowLogger(tmp_path / "m.db")
+    seen: dict[str, float] = {}
+
+    def slow_then_unreachable(self, *args, **kwargs):
+        time.sleep(1.0)
+        seen["create_run_failed"] = time.monotonic()
+        raise mlflow.exceptions.MlflowException("API request failed: connection refused")
+
+    class FirstStep(Callback):
+        def on_step(self, metrics):
+            seen.setdefault("first_step", time.monotonic())
+
+    monkeypatch.setattr(mlflow.MlflowClient, "create_run", slow_then_unreachable)
+    trainer = Trainer(
+        e.model, e.loss_fn, e.splits, e.config, callbacks=[logger, FirstStep()], run="r", runs_dir=tmp_path
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = trainer.fit()
+    assert result.status == "finished" and seen["first_step"] < seen["create_run_failed"]
+    said = [str(w.message) for w in caught if "MLflowLogger" in str(w.message)]
+    assert said == [
+        f"MLflowLogger stopped logging to {logger.tracking_uri} (MlflowException: API request failed: "
+        "connection refused); training goes on and metrics.jsonl keeps every event"
+    ]
+    assert [e["event"] for e in read_metrics(tmp_path / "r")][-1] == "fit_end"
 
 
 @pytest.mark.parametrize(
