@@ -176,7 +176,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         help="with --spark-master: run the ranks on the driver (TorchDistributor's local_mode)",
     )
     ddp.add_argument("--nnodes", type=int, default=1, help="machines; > 1 prints the torchrun command")
-    ddp.add_argument("--master-addr", default="127.0.0.1", help="rendezvous host (the first machine)")
+    ddp.add_argument(
+        "--master-addr", default=None, help="rendezvous host: the first machine (needed with --nnodes > 1)"
+    )
     ddp.add_argument("--master-port", type=int, default=29500, help="rendezvous port")
     ddp.add_argument(
         "--join-timeout",
@@ -378,6 +380,14 @@ def _train_distributed(args: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} must be ≥ 1, got {getattr(args, flag)}")
     experiment = _experiment(args)  # checked here, before any process starts
     strategy.validate(experiment.model, experiment.config, world_size=args.nnodes * args.nproc_per_node)
+    if args.nnodes > 1 and args.master_addr is None:
+        raise ValueError(
+            f"--nnodes {args.nnodes} needs --master-addr: the host name or IP address of the first machine, "
+            "which every machine can reach, e.g. --master-addr 10.0.0.1 (to try it in two terminals of this "
+            "machine: --master-addr 127.0.0.1)"
+        )
+    if args.master_addr is None:
+        args.master_addr = "127.0.0.1"
     if args.nnodes > 1 or args.print_command:
         _check_endpoint(args.master_addr, args.master_port)
         if not 1 <= args.join_timeout <= 86400:
@@ -438,6 +448,11 @@ def _torchrun(argv: list[str]) -> int:
     from torch.distributed.run import main as torchrun_main
 
     try:
+        argv = _with_network_settings(argv)
+    except ValueError as error:
+        print(f"workbench torchrun: error: {error}", file=sys.stderr)
+        return 2
+    try:
         torchrun_main(argv)
     except RendezvousTimeoutError:
         endpoint = _option(argv, "--rdzv-endpoint", "--rdzv_endpoint") or "the rendezvous endpoint"
@@ -454,6 +469,43 @@ def _torchrun(argv: list[str]) -> int:
         )
         return 2
     return 0
+
+
+def _with_network_settings(argv: list[str]) -> list[str]:
+    """`argv` with what this machine needs to join the other machines (see `workbench.parallel.multi_node`):
+    nothing where its name resolves to a routable address."""
+    import os
+
+    from workbench.parallel.multi_node import torchrun_network_settings
+
+    endpoint = _option(argv, "--rdzv-endpoint", "--rdzv_endpoint")
+    nnodes = (_option(argv, "--nnodes") or "1").split(":")[-1]
+    if endpoint is None or not nnodes.isdigit():
+        return argv
+    script = argv.index("-m") if "-m" in argv else len(argv)
+    options, rest = argv[:script], argv[script:]
+    conf_names = ("--rdzv-conf", "--rdzv_conf")
+    settings = torchrun_network_settings(
+        endpoint.rsplit(":", 1)[0] if endpoint.count(":") == 1 or endpoint.startswith("[") else endpoint,
+        nnodes=int(nnodes),
+        rdzv_conf=_option(options, *conf_names) or "",
+        local_addr=_option(options, "--local-addr", "--local_addr"),
+    )
+    if not settings.args and not settings.env:
+        return argv
+    print(f"workbench torchrun: {settings.reason}", file=sys.stderr)
+    os.environ.update(settings.env)  # the workers inherit it
+    if "--rdzv-conf" in settings.args:  # it holds the given conf too: drop the given one
+        kept, skip = [], False
+        for word in options:
+            if skip:
+                skip = False
+            elif word in conf_names:
+                skip = True
+            elif not word.startswith(tuple(f"{name}=" for name in conf_names)):
+                kept.append(word)
+        options = kept
+    return [*options, *settings.args, *rest]
 
 
 def _option(argv: list[str], *names: str) -> str | None:

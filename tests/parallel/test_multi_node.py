@@ -1,0 +1,130 @@
+"""Two machines for real: two network namespaces with their own addresses on a veth pair, each running the
+command `workbench train --nnodes 2` prints, exactly as printed, while this machine's name resolves to
+loopback (as in many containers and VMs). Skipped where namespaces cannot be made (not root, no `ip`)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.train import read_metrics
+
+BIN = str(Path(sys.executable).parent)  # the venv's `workbench`
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True)
+
+
+@pytest.fixture
+def two_hosts():
+    """Namespaces A (10.77.0.1) and B (10.77.0.2) on one veth link; removed afterwards (with the link)."""
+    if shutil.which("ip") is None:
+        pytest.skip("no `ip` command (iproute2) to make network namespaces")
+    tag = f"wb{os.getpid() % 100000}"
+    hosts = {f"{tag}a": "10.77.0.1", f"{tag}b": "10.77.0.2"}
+    made = [name for name in hosts if _ip("netns", "add", name).returncode == 0]
+    try:
+        if len(made) < 2:
+            pytest.skip("cannot make network namespaces here (needs root or CAP_NET_ADMIN)")
+        (a, b), (link_a, link_b) = hosts, (f"{tag}va", f"{tag}vb")
+        steps = [
+            ("link", "add", link_a, "type", "veth", "peer", "name", link_b),
+            ("link", "set", link_a, "netns", a),
+            ("link", "set", link_b, "netns", b),
+            ("-n", a, "addr", "add", f"{hosts[a]}/24", "dev", link_a),
+            ("-n", b, "addr", "add", f"{hosts[b]}/24", "dev", link_b),
+            ("-n", a, "link", "set", link_a, "up"),
+            ("-n", b, "link", "set", link_b, "up"),
+            ("-n", a, "link", "set", "lo", "up"),
+            ("-n", b, "link", "set", "lo", "up"),
+        ]
+        for step in steps:
+            done = _ip(*step)
+            assert done.returncode == 0, f"ip {' '.join(step)}: {done.stderr}"
+        yield hosts
+    finally:
+        for name in made:
+            _ip("netns", "del", name)
+
+
+def _in(host: str, command: list[str], cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.Popen(
+        ["ip", "netns", "exec", host, *command],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def test_the_printed_command_trains_on_two_hosts_whose_name_resolves_to_loopback(two_hosts, tmp_path):
+    (host_a, address_a), (host_b, address_b) = two_hosts.items()
+    train = ["train", "digits-mlp", "--strategy", "ddp", "--epochs", "1", "--runs-dir", str(tmp_path)]
+    printed_by = ["--run", "two-hosts", "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", address_a]
+    printed = subprocess.run(
+        [sys.executable, "-m", "workbench", *train, *printed_by, "--join-timeout", "60"],
+        capture_output=True,
+        text=True,
+    )
+    assert printed.returncode == 0, printed.stderr
+    nodes = [_in(host, ["bash", "-c", printed.stdout], tmp_path) for host in (host_a, host_b)]
+    try:
+        outputs = [node.communicate(timeout=180)[0].decode() for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert "Traceback" not in "".join(outputs)
+    if "resolves to loopback" in outputs[1]:  # this machine's name resolves to loopback: the settings said so
+        assert f"reach it at {address_b}" in outputs[1] and "hosts the rendezvous" in outputs[0]
+    assert "finished:" in outputs[0] and "finished:" not in outputs[1]  # rank 0 reports, on the first host
+    # the same numbers as two processes on one machine
+    local = subprocess.run(
+        [sys.executable, "-m", "workbench", *train, "--run", "one-host", "--nproc-per-node", "2"],
+        capture_output=True,
+        text=True,
+    )
+    assert local.returncode == 0, local.stderr
+    two_hosts_steps = read_metrics(tmp_path / "two-hosts", kind="step")
+    one_host_steps = read_metrics(tmp_path / "one-host", kind="step")
+    assert [s["step"] for s in two_hosts_steps] == [s["step"] for s in one_host_steps] == [10, 12]
+    assert [s["loss"] for s in two_hosts_steps] == pytest.approx(
+        [s["loss"] for s in one_host_steps], rel=1e-5
+    )
+    assert {s["world_size"] for s in read_metrics(tmp_path / "two-hosts", kind="fit_start")} == {2}
+
+
+def test_each_host_finds_its_own_address_and_only_the_first_hosts_the_rendezvous(two_hosts):
+    (host_a, address_a), (host_b, address_b) = two_hosts.items()
+    probe = (
+        "import sys; from workbench.parallel import multi_node as m; "
+        "m._name_resolves_to_loopback = lambda: True; "
+        "s = m.torchrun_network_settings(sys.argv[1], nnodes=2, rdzv_conf='join_timeout=5', environ={}); "
+        "print(s.args, s.env)"
+    )
+    found = {}
+    for host in (host_a, host_b):
+        done = subprocess.run(
+            ["ip", "netns", "exec", host, sys.executable, "-c", probe, address_a],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        found[host] = done.stdout.strip()
+    link_a, link_b = (f"{host[:-1]}v{host[-1]}" for host in (host_a, host_b))
+    assert found[host_a] == (
+        f"['--rdzv-conf', 'join_timeout=5,is_host=1', '--local-addr', '{address_a}'] "
+        f"{{'GLOO_SOCKET_IFNAME': '{link_a}'}}"
+    )
+    assert found[host_b] == f"['--local-addr', '{address_b}'] {{'GLOO_SOCKET_IFNAME': '{link_b}'}}"
+    unreachable = subprocess.run(
+        ["ip", "netns", "exec", host_b, sys.executable, "-c", probe, "10.99.0.1"],
+        capture_output=True,
+        text=True,
+    )
+    assert "no network interface reaches '10.99.0.1'" in unreachable.stderr

@@ -1,0 +1,132 @@
+"""Multi-machine torchrun where a machine's own name resolves to a loopback address.
+
+Many images map the hostname to 127.0.0.1 (containers, VMs) or 127.0.1.1 (Debian's installer). torchrun
+and gloo then go wrong without a word: the first machine does not recognise the rendezvous address as its
+own, so no machine hosts the rendezvous (every machine times out); the first machine tells the others to
+reach it at its name (which they resolve elsewhere, or it resolves to loopback); and gloo binds each rank to
+loopback, which the other machines cannot reach. `torchrun_network_settings` finds, on each machine, the
+address and interface that reach the rendezvous endpoint, and gives torchrun what it needs
+(``--rdzv-conf is_host=1`` on the endpoint's machine, ``--local-addr``, ``GLOO_SOCKET_IFNAME``), so the same
+printed command works on every machine. Where the name resolves properly it changes nothing.
+
+Example:
+    >>> settings = torchrun_network_settings("127.0.0.1", nnodes=1)  # one machine: nothing to change
+    >>> settings.args, settings.env
+    ([], {})
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+
+import psutil
+
+_ANY_PORT = 9  # a UDP "connect" sends nothing: it only asks the kernel which route and address it would use
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """What to add to a torchrun command line (`args`) and its environment (`env`), and why (`reason`)."""
+
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    reason: str = ""
+
+
+def torchrun_network_settings(
+    endpoint_host: str, *, nnodes: int, rdzv_conf: str = "", local_addr: str | None = None, environ=None
+) -> NetworkSettings:
+    """The torchrun options and environment this machine needs to join a rendezvous at `endpoint_host`.
+
+    Args:
+        endpoint_host: the host of ``--rdzv-endpoint`` (a name or IP address).
+        nnodes: torchrun's ``--nnodes`` (``"2"`` or ``"1:4"`` counted by its upper end); one machine needs
+            nothing.
+        rdzv_conf: torchrun's ``--rdzv-conf`` as given (an ``is_host`` there is kept).
+        local_addr: torchrun's ``--local-addr`` as given (kept when given).
+        environ: the environment (``os.environ``); a ``GLOO_SOCKET_IFNAME`` there is kept.
+
+    Raises:
+        ValueError: the endpoint's name does not resolve, or no interface of this machine reaches it.
+    """
+    import os
+
+    environ = os.environ if environ is None else environ
+    if nnodes <= 1 or not _name_resolves_to_loopback():
+        return NetworkSettings()
+    endpoint = _resolve(endpoint_host)
+    own = _route_address(endpoint) if not endpoint.is_loopback else _default_route_address()
+    if own is None or ipaddress.ip_address(own).is_loopback:
+        raise ValueError(
+            f"this machine's name {socket.gethostname()!r} resolves to a loopback address and no network "
+            f"interface reaches {endpoint_host!r}; give --master-addr the first machine's address on the "
+            "network the machines share (e.g. 10.0.0.1), or set GLOO_SOCKET_IFNAME and --local-addr yourself"
+        )
+    args: list[str] = []
+    hosting = endpoint.is_loopback or str(endpoint) in _own_addresses()
+    if hosting and "is_host" not in rdzv_conf:
+        args += ["--rdzv-conf", ",".join(filter(None, [rdzv_conf, "is_host=1"]))]
+    if local_addr is None:
+        args += ["--local-addr", own]
+    env = {}
+    interface = _interface_of(own)
+    if "GLOO_SOCKET_IFNAME" not in environ and interface is not None:
+        env["GLOO_SOCKET_IFNAME"] = interface
+    reason = (
+        f"this machine's name {socket.gethostname()!r} resolves to loopback: the other machines reach it at "
+        f"{own} ({interface or 'its interface'})"
+        + ("; it hosts the rendezvous" if hosting else "")
+        + f" ({' '.join(args)}{' ' if args and env else ''}{' '.join(f'{k}={v}' for k, v in env.items())})"
+    )
+    return NetworkSettings(args, env, reason)
+
+
+def _name_resolves_to_loopback() -> bool:
+    try:
+        found = {
+            info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP)
+        }
+    except OSError:
+        return True  # an unresolvable name: torch falls back to loopback too
+    return all(ipaddress.ip_address(address.split("%")[0]).is_loopback for address in found)
+
+
+def _resolve(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass
+    try:
+        return ipaddress.ip_address(socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0])
+    except OSError:
+        raise ValueError(
+            f"the rendezvous host {host!r} does not resolve on this machine; give its IP address instead"
+        ) from None
+
+
+def _route_address(destination: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """This machine's address on the route to `destination` (None without a route)."""
+    family = socket.AF_INET6 if destination.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((str(destination), _ANY_PORT))
+        except OSError:
+            return None
+        return probe.getsockname()[0]
+
+
+def _default_route_address() -> str | None:
+    return _route_address(ipaddress.ip_address("192.0.2.1"))  # TEST-NET-1: only the default route leads there
+
+
+def _own_addresses() -> set[str]:
+    return {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+
+
+def _interface_of(address: str) -> str | None:
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address.split("%")[0] == address for a in addrs):
+            return name
+    return None
