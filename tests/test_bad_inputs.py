@@ -196,6 +196,10 @@ CLI = [
         r"--join-timeout",
     ),
     (
+        ["train", "digits-mlp", "--strategy", "ddp", "--collective-timeout", "0"],
+        r"--collective-timeout must be 1\.\.86400 seconds, got 0",
+    ),
+    (
         ["train", "digits-mlp", "--strategy", "ddp", "--nnodes", "2"],
         r"--nnodes 2 needs --master-addr: the host name or IP address of the first machine",
     ),

@@ -186,6 +186,13 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
         default=300,
         help="seconds the printed torchrun command waits for every machine to join (default 300)",
     )
+    ddp.add_argument(
+        "--collective-timeout",
+        type=int,
+        default=300,
+        help="under torchrun, mpirun or srun: seconds a rank waits for the others (a stopped or cut-off "
+        "machine) before the job stops with the peer named (default 300)",
+    )
     ddp.add_argument("--print-command", action="store_true", help="print the torchrun command and exit")
     train.set_defaults(command="train", run=_train)
 
@@ -365,16 +372,33 @@ def _train_distributed(args: argparse.Namespace) -> int:
     """Under a launcher (torchrun, mpirun, srun): be one rank. Otherwise: print the torchrun command, or
     launch local processes."""
     from workbench.parallel import launch
-    from workbench.parallel.process_group import join_process_group_from_env, under_a_launcher
+    from workbench.parallel.process_group import join_process_group_from_env, lost_peer, under_a_launcher
 
     strategy = _strategy(args)
+    if not 1 <= args.collective_timeout <= 86400:
+        raise ValueError(f"--collective-timeout must be 1..86400 seconds, got {args.collective_timeout}")
     if under_a_launcher():  # torchrun, TorchDistributor, mpirun or srun started this process
-        join_process_group_from_env(args.backend, who=f"--strategy {args.strategy}")
+        timeout = args.collective_timeout
+        join_process_group_from_env(args.backend, timeout, who=f"--strategy {args.strategy}")
         strategy.bind()
+        failed = True
         try:
-            return _train_here(args, strategy)
+            status = _train_here(args, strategy)
+            failed = False
+            return status
+        except Exception as error:
+            lost = lost_peer(error)
+            if lost is None:
+                raise
+            print(
+                f"workbench train: error: rank {strategy.rank} lost {lost} (its process stopped, or the "
+                f"network between the machines failed, or it did not answer for --collective-timeout "
+                f"{timeout:g} s); see that machine's log",
+                file=sys.stderr,
+            )
+            return 1
         finally:
-            strategy.close()
+            strategy.close(wait_for_others=not failed)  # after a failure the others may be gone
     for flag in ("nproc_per_node", "nnodes"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be ≥ 1, got {getattr(args, flag)}")
@@ -444,16 +468,24 @@ _LAUNCHER_FLAGS = (
 
 def _torchrun(argv: list[str]) -> int:
     """``workbench torchrun ARGS``: torchrun with ARGS, ending in one line when machines do not all join."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
     from torch.distributed.run import main as torchrun_main
+
+    from workbench.parallel.multi_node import stop_agent_after_its_workers
 
     try:
         argv = _with_network_settings(argv)
     except ValueError as error:
         print(f"workbench torchrun: error: {error}", file=sys.stderr)
         return 2
+    timeout = _option(argv, "--collective-timeout")
+    stop_agent_after_its_workers(grace_s=(int(timeout) if timeout and timeout.isdigit() else 300) + 30)
     try:
         torchrun_main(argv)
+    except ChildFailedError as error:  # the ranks said why; torchrun's summary, without its traceback
+        print(str(error).strip(), file=sys.stderr)
+        return 1
     except RendezvousTimeoutError:
         endpoint = _option(argv, "--rdzv-endpoint", "--rdzv_endpoint") or "the rendezvous endpoint"
         conf = _option(argv, "--rdzv-conf", "--rdzv_conf") or ""

@@ -128,3 +128,46 @@ def test_each_host_finds_its_own_address_and_only_the_first_hosts_the_rendezvous
         text=True,
     )
     assert "no network interface reaches '10.99.0.1'" in unreachable.stderr
+
+
+def test_a_cut_network_stops_both_hosts_within_the_collective_timeout_with_one_line_each(two_hosts, tmp_path):
+    """The link between the hosts goes down mid-run: each rank says so in one line after --collective-timeout;
+    the cut-off host's torchrun agent, stuck reading from the unreachable rendezvous host, is stopped too."""
+    import time
+
+    (host_a, address_a), (host_b, _) = two_hosts.items()
+    link_b = f"{host_b[:-1]}v{host_b[-1]}"
+    argv = ["train", "digits-mlp", "--strategy", "ddp", "--epochs", "500", "--runs-dir", str(tmp_path)]
+    argv += ["--run", "cut", "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", address_a]
+    printed = subprocess.run(
+        [sys.executable, "-m", "workbench", *argv, "--collective-timeout", "5", "--join-timeout", "60"],
+        capture_output=True,
+        text=True,
+    )
+    assert printed.returncode == 0, printed.stderr
+    nodes = [_in(host, ["bash", "-c", printed.stdout], tmp_path) for host in (host_a, host_b)]
+    try:
+        metrics = tmp_path / "cut" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and metrics.read_text().count('"event": "step"') >= 3):
+            assert time.monotonic() < deadline and all(n.poll() is None for n in nodes), (
+                "the run did not start"
+            )
+            time.sleep(0.5)
+        assert _ip("-n", host_b, "link", "set", link_b, "down").returncode == 0
+        cut = time.monotonic()
+        outputs, ended = [], []
+        for node in nodes:
+            outputs.append(node.communicate(timeout=120)[0].decode())
+            ended.append(time.monotonic() - cut)
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [1, 1], outputs
+    assert "Traceback" not in "".join(outputs)
+    assert "workbench train: error: rank 0 lost the other ranks" in outputs[0]
+    assert "--collective-timeout 5 s" in outputs[0]
+    assert "workbench train: error: rank 1 lost" in outputs[1]
+    assert "torchrun still waits for the rendezvous host (cut off from this machine?); stopping" in outputs[1]
+    assert ended[0] < 5 + 15  # the collective timeout, then the agent's own shutdown
+    assert ended[1] < 5 + 35 + 20  # and the agent watchdog's grace (the timeout + 30 s)

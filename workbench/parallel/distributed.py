@@ -141,7 +141,11 @@ class DistributedStrategy(StrategyBase):
         """The parallelism in a few words, e.g. "pipeline: 2 stages, 4 micro-batches, 1F1B"."""
         return self.name
 
-    def close(self) -> None:
-        """Leave the process group (call once at the end of a torchrun script, on every rank)."""
+    def close(self, wait_for_others: bool = True) -> None:
+        """Leave the process group (call once at the end of a torchrun script, on every rank).
+
+        `wait_for_others`: a barrier first (the normal end); False after a failure, when the others may be
+        gone and a barrier would only fail again.
+        """
         if dist.is_initialized():
-            leave_process_group(wait_for_others=True)
+            leave_process_group(wait_for_others=wait_for_others)

@@ -18,7 +18,11 @@ Example:
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 
 import psutil
@@ -51,8 +55,6 @@ def torchrun_network_settings(
     Raises:
         ValueError: the endpoint's name does not resolve, or no interface of this machine reaches it.
     """
-    import os
-
     environ = os.environ if environ is None else environ
     if nnodes <= 1 or not _name_resolves_to_loopback():
         return NetworkSettings()
@@ -130,3 +132,43 @@ def _interface_of(address: str) -> str | None:
         if any(a.address.split("%")[0] == address for a in addrs):
             return name
     return None
+
+
+def stop_agent_after_its_workers(grace_s: float, *, poll_s: float = 1.0) -> threading.Thread:
+    """Start a daemon thread that ends this process (exit status 1, one line on stderr) when the torchrun
+    agent running in it outlives its workers by `grace_s` seconds.
+
+    After a network partition, the agent on a machine cut off from the rendezvous host waits in a socket
+    read without a timeout (torch's TCPStore), deaf to Ctrl-C and SIGTERM, for ever. Its workers have
+    stopped by then (their collectives time out), so "workers gone for longer than any normal shutdown"
+    is the sign. Armed only once workers have existed: waiting to join a rendezvous is not a hang.
+    """
+
+    def watch() -> None:
+        me = psutil.Process()
+        seen_workers, gone_since = False, None
+        while True:
+            time.sleep(poll_s)
+            if any(_alive(child) for child in me.children()):  # a worker not yet reaped is gone too
+                seen_workers, gone_since = True, None
+            elif seen_workers:
+                gone_since = gone_since or time.monotonic()
+                if time.monotonic() - gone_since > grace_s:
+                    print(
+                        f"workbench torchrun: error: the workers ended {grace_s:g} s ago and torchrun still "
+                        "waits for the rendezvous host (cut off from this machine?); stopping",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    os._exit(1)
+
+    watcher = threading.Thread(target=watch, name="workbench-agent-watchdog", daemon=True)
+    watcher.start()
+    return watcher
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import gc
 import os
+import re
 import socket
 import sys
 from dataclasses import dataclass
@@ -126,6 +127,31 @@ def leave_process_group(wait_for_others: bool) -> None:
         dist.barrier()
     gc.collect()  # DDP modules (and their reducer's references to the group) that only a cycle keeps
     dist.destroy_process_group()
+
+
+_LOST_PEER = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|Timed out waiting|timed out|"
+    r"NCCL communicator was aborted|Socket Timeout",
+    re.IGNORECASE,
+)
+
+
+def lost_peer(error: BaseException) -> str | None:
+    """What `error` says was lost when a collective failed because another rank went away or stopped
+    answering (``"the connection to 10.0.0.2"``, or ``"the other ranks"`` when it names no address), or None
+    for any other error.
+
+    Example:
+        >>> lost_peer(RuntimeError("[pair.cc:553] Connection closed by peer [10.77.0.2]:5322. This is ..."))
+        'the connection to 10.77.0.2'
+        >>> lost_peer(ValueError("bad input")) is None
+        True
+    """
+    text = str(error)
+    if not isinstance(error, RuntimeError) or not _LOST_PEER.search(text):
+        return None
+    address = re.search(r"\[([0-9A-Fa-f.:]+)\]:\d+", text)
+    return f"the connection to {address.group(1)}" if address else "the other ranks"
 
 
 def under_a_launcher() -> bool:
