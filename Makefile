@@ -47,7 +47,7 @@ test: $(STAMP) $(CHROMIUM) $(MPIRUN) $(JAVA)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest --nbval-lax --doctest-modules $(PYTEST_ARGS) tests workbench notebooks
+	$(BIN)/python -m pytest --nbval-lax --doctest-modules --durations=25 $(PYTEST_ARGS) tests workbench notebooks
 
 install: $(STAMP)
 
