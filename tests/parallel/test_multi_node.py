@@ -171,3 +171,31 @@ def test_a_cut_network_stops_both_hosts_within_the_collective_timeout_with_one_l
     assert "torchrun still waits for the rendezvous host (cut off from this machine?); stopping" in outputs[1]
     assert ended[0] < 5 + 15  # the collective timeout, then the agent's own shutdown
     assert ended[1] < 5 + 35 + 20  # and the agent watchdog's grace (the timeout + 30 s)
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1", "localhost", "[::1]"])
+def test_a_loopback_endpoint_is_several_machines_tried_on_this_one_and_changes_nothing(endpoint, monkeypatch):
+    from workbench.parallel import multi_node
+
+    monkeypatch.setattr(multi_node, "_name_resolves_to_loopback", lambda: True)
+    settings = multi_node.torchrun_network_settings(endpoint, nnodes=2, environ={})
+    assert (settings.args, settings.env) == ([], {})
+
+
+def test_this_machines_own_name_resolving_to_loopback_hosts_at_its_default_route_address(monkeypatch):
+    import ipaddress
+    import socket
+
+    from workbench.parallel import multi_node
+
+    monkeypatch.setattr(multi_node, "_name_resolves_to_loopback", lambda: True)
+    monkeypatch.setattr(multi_node, "_default_route_address", lambda: "10.1.2.3")
+    monkeypatch.setattr(multi_node, "_interface_of", lambda address: "eth7")
+    monkeypatch.setattr(multi_node, "_resolve", lambda host: ipaddress.ip_address("127.0.1.1"))  # Debian's
+    settings = multi_node.torchrun_network_settings(socket.gethostname(), nnodes=2, environ={})
+    assert settings.args == ["--rdzv-conf", "is_host=1", "--local-addr", "10.1.2.3"]
+    assert settings.env == {"GLOO_SOCKET_IFNAME": "eth7"}
+    kept = multi_node.torchrun_network_settings(
+        socket.gethostname(), nnodes=2, local_addr="10.9.9.9", environ={"GLOO_SOCKET_IFNAME": "ib0"}
+    )
+    assert (kept.args, kept.env) == (["--rdzv-conf", "is_host=1"], {})

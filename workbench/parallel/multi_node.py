@@ -56,10 +56,12 @@ def torchrun_network_settings(
         ValueError: the endpoint's name does not resolve, or no interface of this machine reaches it.
     """
     environ = os.environ if environ is None else environ
-    if nnodes <= 1 or not _name_resolves_to_loopback():
-        return NetworkSettings()
+    if nnodes <= 1 or _is_loopback_literal(endpoint_host) or not _name_resolves_to_loopback():
+        return NetworkSettings()  # one machine, several "machines" tried on this one, or a proper name
     endpoint = _resolve(endpoint_host)
-    own = _route_address(endpoint) if not endpoint.is_loopback else _default_route_address()
+    # a name that resolves to loopback here is this machine's own (Debian's 127.0.1.1): the others reach it
+    # at its address on the default route
+    own = _default_route_address() if endpoint.is_loopback else _route_address(endpoint)
     if own is None or ipaddress.ip_address(own).is_loopback:
         raise ValueError(
             f"this machine's name {socket.gethostname()!r} resolves to a loopback address and no network "
@@ -83,6 +85,15 @@ def torchrun_network_settings(
         + f" ({' '.join(args)}{' ' if args and env else ''}{' '.join(f'{k}={v}' for k, v in env.items())})"
     )
     return NetworkSettings(args, env, reason)
+
+
+def _is_loopback_literal(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _name_resolves_to_loopback() -> bool:
