@@ -12,6 +12,7 @@
 #   CHROMIUM     the browser the notebook browser test drives       (/usr/bin/chromium; apt installs it)
 #   MPIRUN       Open MPI's launcher the mpirun tests start          (/usr/bin/mpirun; apt installs it)
 #   JAVA         the JVM Spark's tests run on, 17 or newer           (/usr/bin/java; apt installs it)
+#   SLURMD       Slurm's node daemon the one-node Slurm tests start  (/usr/sbin/slurmd; apt installs it)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,6 +24,7 @@ PYTEST_ARGS ?=
 CHROMIUM ?= /usr/bin/chromium
 MPIRUN ?= /usr/bin/mpirun
 JAVA ?= /usr/bin/java
+SLURMD ?= /usr/sbin/slurmd
 
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
@@ -37,13 +39,14 @@ export JUPYTER_PREFER_ENV_PATH := 1
 export WORKBENCH_CHROMIUM := $(CHROMIUM)
 export WORKBENCH_REQUIRE_TOOLCHAIN := 1
 export WORKBENCH_REQUIRE_MPIRUN := 1
+export WORKBENCH_REQUIRE_SLURM := 1
 
 .PHONY: lab test install lint screenshots clean
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(AS_ROOT) $(LAB_ARGS)
 
-test: $(STAMP) $(CHROMIUM) $(MPIRUN) $(JAVA)
+test: $(STAMP) $(CHROMIUM) $(MPIRUN) $(JAVA) $(SLURMD)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -91,6 +94,13 @@ $(JAVA):
 	else echo "$(JAVA) is missing: install Java 17 (apt-get install openjdk-17-jre-headless)" >&2; exit 1; fi; \
 	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 	test -x $(JAVA)
+
+# Debian's Slurm and munge for the tests that start a one-node Slurm cluster (srun, the README's sbatch script).
+$(SLURMD):
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	else echo "$(SLURMD) is missing: install Debian's Slurm (apt-get install slurm-wlm munge)" >&2; exit 1; fi; \
+	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq slurm-wlm munge >/dev/null
+	test -x $(SLURMD)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

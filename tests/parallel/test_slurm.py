@@ -1,0 +1,165 @@
+"""Slurm for real: a one-node cluster on 127.0.0.1 (Debian's slurm-wlm and munge; `make test` installs them)
+started and stopped by a fixture, running `srun -n 2` and the README's sbatch script."""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workbench.train import read_metrics
+
+HERE = Path(__file__).parent
+README = HERE.parent.parent / "README.md"
+DAEMONS = ("slurmctld", "slurmd", "munged")
+
+
+def _missing_slurm() -> str | None:
+    absent = [
+        tool
+        for tool in (*DAEMONS, "srun", "sbatch", "sinfo", "scontrol", "munge")
+        if shutil.which(tool) is None
+    ]
+    if absent:
+        return f"no {', '.join(absent)} (apt-get install slurm-wlm munge)"
+    if os.geteuid() != 0:
+        return "starting munge and Slurm's daemons needs root"
+    return None
+
+
+def _munge_works() -> bool:
+    encoded = subprocess.run(["munge", "-n"], capture_output=True)
+    return encoded.returncode == 0 and subprocess.run(["unmunge"], input=encoded.stdout).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory, free_port):
+    """A one-node Slurm cluster: munged (when none runs), slurmctld and slurmd; yields the environment to
+    run srun/sbatch in, and stops what it started (no process left behind)."""
+    missing = _missing_slurm()
+    if missing:
+        if os.environ.get("WORKBENCH_REQUIRE_SLURM"):
+            pytest.fail(f"Slurm is required here (make test installs it): {missing}")
+        pytest.skip(missing)
+    folder = tmp_path_factory.mktemp("slurm")
+    started_munge = False
+    if not _munge_works():
+        Path("/run/munge").mkdir(parents=True, exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        subprocess.run(["su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged"], check=True)
+        started_munge = True
+    host = socket.gethostname()
+    conf = folder / "slurm.conf"
+    conf.write_text(
+        f"""ClusterName=workbench
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+SlurmUser=root
+AuthType=auth/munge
+StateSaveLocation={folder}/state
+SlurmdSpoolDir={folder}/spool
+SlurmctldPidFile={folder}/slurmctld.pid
+SlurmdPidFile={folder}/slurmd.pid
+SlurmctldLogFile={folder}/slurmctld.log
+SlurmdLogFile={folder}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+MpiDefault=none
+ReturnToService=2
+NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+"""
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
+    env |= {"SLURM_CONF": str(conf), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    daemons = [
+        subprocess.Popen(
+            [name, "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+        )
+        for name in ("slurmctld", "slurmd")
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            state = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True)
+            if state.stdout.strip() == "idle":
+                break
+            assert time.monotonic() < deadline, f"Slurm did not come up: {state.stdout} {state.stderr}"
+            assert all(d.poll() is None for d in daemons), (folder / "slurmctld.log").read_text()[-2000:]
+            time.sleep(0.5)
+        yield env
+    finally:
+        for daemon in daemons:
+            daemon.send_signal(signal.SIGTERM)
+        for daemon in daemons:
+            try:
+                daemon.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+        if started_munge:
+            pid = Path("/run/munge/munged.pid")
+            if pid.exists():
+                os.kill(int(pid.read_text()), signal.SIGTERM)
+
+
+def _case():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("torchrun_case", HERE / "torchrun_case.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_srun_with_two_tasks_trains_to_the_parameters_of_one_process(slurm, tmp_path):
+    done = subprocess.run(
+        ["srun", "-n", "2", sys.executable, str(HERE / "torchrun_case.py"), str(tmp_path)],
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    _case().assert_ranks_match_reference(tmp_path, world_size=2)
+
+
+def test_the_readme_sbatch_script_runs_as_written(slurm, tmp_path):
+    script = re.search(r"```bash\n(#!/bin/bash\n#SBATCH --ntasks=2\n.*?)```", README.read_text(), re.DOTALL)
+    assert script, "the README's one-rank-per-task sbatch script"
+    (tmp_path / "job.sh").write_text(script.group(1))
+    submitted = subprocess.run(
+        ["sbatch", "--output", "job.out", "job.sh"], cwd=tmp_path, env=slurm, capture_output=True, text=True
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job = re.search(r"Submitted batch job (\d+)", submitted.stdout).group(1)
+    state = _wait_for_job(job, slurm)  # (sbatch --wait polls at growing intervals: ~40 s for this job)
+    output = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
+    assert state == ("COMPLETED", "0:0"), output
+    run = tmp_path / "runs" / f"digits-{job}"
+    assert {e["world_size"] for e in read_metrics(run, kind="fit_start")} == {2}
+    assert read_metrics(run, kind="fit_end")[-1]["status"] == "finished"
+    assert "finished:" in output and "Traceback" not in output
+
+
+def _wait_for_job(job: str, env: dict[str, str], timeout_s: float = 300) -> tuple[str, str]:
+    """(JobState, ExitCode) of a batch job once it has ended."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job], env=env, capture_output=True, text=True
+        ).stdout
+        state = re.search(r"JobState=(\S+)", shown)
+        if state and state.group(1) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            return state.group(1), re.search(r"ExitCode=(\S+)", shown).group(1)
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
