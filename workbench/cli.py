@@ -10,6 +10,7 @@ workbench train text-transformer --strategy pipeline --microbatches 4   (also fs
 workbench train digits-mlp --strategy ddp --nnodes 2 --master-addr HOST   print the torchrun command
 torchrun --nproc-per-node 2 -m workbench train digits-mlp --strategy ddp  the same under torchrun
 workbench bench trainer           the Trainer and Dashboard against a hand-written loop (ratios)
+workbench bench launch --engines  seconds to start the same training via launch, torchrun, mpirun, Spark
 workbench bench hardware          memory bandwidth and matmul FLOP/s of this CPU and GPU (--full: larger)
 workbench bench kernel-env        the workbench kernel's environment vs plain python (training on CPU)
 workbench bench kernels           numba kernels against torch/cuBLAS on a GPU (--full: 4096³, 100M params)
@@ -108,7 +109,18 @@ def _parser() -> argparse.ArgumentParser:
         "launch", help="launch's start methods side by side: fork, forkserver, spawn"
     )
     start.add_argument("--nprocs", type=int, default=2, help="workers per launch (default 2)")
-    start.add_argument("--repeats", type=int, default=5, help="launches per start method (alternating)")
+    start.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="launches per start method (default 5) or engine (default 1)",
+    )
+    start.add_argument(
+        "--engines",
+        action="store_true",
+        help="instead: the same 2-rank training through launch, torchrun, mpirun and Spark (seconds to "
+        "training start and to result)",
+    )
     start.set_defaults(command="bench launch", run=_bench_launch)
     return parser
 
@@ -631,10 +643,14 @@ def _bench_kernels(args: argparse.Namespace) -> int:
 
 
 def _bench_launch(args: argparse.Namespace) -> int:
+    from workbench.bench.engines import benchmark_engines
     from workbench.bench.launch import benchmark_launch
 
     try:
-        result = benchmark_launch(nprocs=args.nprocs, repeats=args.repeats)
+        if args.engines:
+            result = benchmark_engines(repeats=1 if args.repeats is None else args.repeats)
+        else:
+            result = benchmark_launch(nprocs=args.nprocs, repeats=5 if args.repeats is None else args.repeats)
     except ValueError as error:
         print(f"workbench bench launch: error: {error}", file=sys.stderr)
         return 2
