@@ -142,13 +142,14 @@ def lost_peer(error: BaseException) -> str | None:
     for any other error.
 
     Example:
-        >>> lost_peer(RuntimeError("[pair.cc:553] Connection closed by peer [10.77.0.2]:5322. This is ..."))
+        >>> lost_peer(RuntimeError("[gloo/tcp/pair.cc:553] Connection closed by peer [10.77.0.2]:5322"))
         'the connection to 10.77.0.2'
-        >>> lost_peer(ValueError("bad input")) is None
+        >>> lost_peer(RuntimeError("my data loader timed out")) is None  # not from gloo or NCCL
         True
     """
     text = str(error)
-    if not isinstance(error, RuntimeError) or not _LOST_PEER.search(text):
+    from_the_backend = any(name in text for name in ("gloo", "NCCL", "c10d"))  # not the user's own errors
+    if not isinstance(error, RuntimeError) or not from_the_backend or not _LOST_PEER.search(text):
         return None
     address = re.search(r"\[([0-9A-Fa-f.:]+)\]:\d+", text)
     return f"the connection to {address.group(1)}" if address else "the other ranks"
