@@ -3,6 +3,8 @@ workers' pages are shared, a worker's write stays its own, and no file outlives 
 
 import os
 import pickle
+import shutil
+import time
 from pathlib import Path
 
 import numpy
@@ -73,11 +75,20 @@ def test_the_files_go_when_a_launch_fails_and_a_dead_launchers_folder_goes_at_th
     from workbench.parallel import WorkerFailed
 
     stale = sa.shared_memory_root() / "workbench-shared-999999999-abc"  # a PID that cannot run
-    stale.mkdir()
-    (stale / "0.bin").write_bytes(b"x")
-    with pytest.raises(WorkerFailed, match="boom"):
-        launch(_fail, 2, args=(torch.zeros(MIB),), verbose=False)
-    assert _our_folders() == [] and not stale.exists()
+    recent = sa.shared_memory_root() / "workbench-shared-999999998-abc"  # nor this one: but made just now
+    for folder in (stale, recent):
+        folder.mkdir()
+        (folder / "0.bin").write_bytes(b"x")
+    hour_ago = time.time() - 3600
+    os.utime(stale, (hour_ago, hour_ago))
+    try:
+        with pytest.raises(WorkerFailed, match="boom"):
+            launch(_fail, 2, args=(torch.zeros(MIB),), verbose=False)
+        assert not stale.exists()  # a dead launcher's old folder
+        assert recent.exists()  # a PID this process cannot see may belong to another PID namespace: spared
+    finally:
+        shutil.rmtree(recent, ignore_errors=True)
+    assert _our_folders() == []
 
 
 def _total(strategy, data):

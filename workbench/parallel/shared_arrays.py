@@ -27,6 +27,7 @@ import pickle
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -157,12 +158,21 @@ def loads_sharing(data: bytes) -> Any:
     return Unpickler(io.BytesIO(data)).load()
 
 
-def remove_stale_folders(root: str | os.PathLike) -> list[Path]:
-    """Delete the folders of launchers that are gone (their PID no longer runs); returns them."""
+def remove_stale_folders(root: str | os.PathLike, min_age_s: float = 600) -> list[Path]:
+    """Delete the folders of launchers that are gone (their PID no longer runs) and that are older than
+    `min_age_s` seconds; returns them. The age spares a live launcher whose PID this process cannot see
+    (another PID namespace sharing /dev/shm): by then its workers have mapped their files, which outlive
+    the deletion."""
     removed = []
+    now = time.time()
     for folder in Path(root).glob(f"{_FOLDER_PREFIX}*"):
         match = re.match(rf"{_FOLDER_PREFIX}(\d+)-", folder.name)
         if match is None or psutil.pid_exists(int(match.group(1))):
+            continue
+        try:
+            if now - folder.stat().st_mtime < min_age_s:
+                continue
+        except FileNotFoundError:
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
