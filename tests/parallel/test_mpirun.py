@@ -1,7 +1,6 @@
 """The same entry points under Open MPI's real `mpirun` (openmpi-bin; `make test` installs it): the ranks
 read OMPI_COMM_WORLD_* and reach the parameters of one process on the concatenated batches."""
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -37,13 +36,10 @@ def _mpirun(*command: str, cwd: Path | None = None) -> subprocess.CompletedProce
     )
 
 
-def test_two_ranks_under_mpirun_train_to_the_parameters_of_one_process(tmp_path):
+def test_two_ranks_under_mpirun_train_to_the_parameters_of_one_process(tmp_path, torchrun_case):
     done = _mpirun(sys.executable, str(HERE / "torchrun_case.py"), str(tmp_path))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    spec = importlib.util.spec_from_file_location("torchrun_case", HERE / "torchrun_case.py")
-    case = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(case)
-    case.assert_ranks_match_reference(tmp_path, world_size=2)
+    torchrun_case.assert_ranks_match_reference(tmp_path, world_size=2)
 
 
 def test_workbench_train_runs_unchanged_under_mpirun(tmp_path):

@@ -112,16 +112,7 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubsc
                 os.kill(int(pid.read_text()), signal.SIGTERM)
 
 
-def _case():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("torchrun_case", HERE / "torchrun_case.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_srun_with_two_tasks_trains_to_the_parameters_of_one_process(slurm, tmp_path):
+def test_srun_with_two_tasks_trains_to_the_parameters_of_one_process(slurm, tmp_path, torchrun_case):
     done = subprocess.run(
         ["srun", "-n", "2", sys.executable, str(HERE / "torchrun_case.py"), str(tmp_path)],
         env=slurm,
@@ -130,7 +121,7 @@ def test_srun_with_two_tasks_trains_to_the_parameters_of_one_process(slurm, tmp_
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    _case().assert_ranks_match_reference(tmp_path, world_size=2)
+    torchrun_case.assert_ranks_match_reference(tmp_path, world_size=2)
 
 
 def test_the_readme_sbatch_script_runs_as_written(slurm, tmp_path):

@@ -18,13 +18,6 @@ from workbench.parallel.spark import run_on_spark  # noqa: E402
 HERE = Path(__file__).parent
 
 
-def _case():
-    spec = importlib.util.spec_from_file_location("torchrun_case", HERE / "torchrun_case.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def spark():
     from pyspark.sql import SparkSession
@@ -62,13 +55,13 @@ def _train_case(strategy, out, case_path):
 
 @pytest.mark.parametrize("local_mode", [True, False], ids=["on the driver", "as Spark tasks"])
 def test_two_ranks_through_torch_distributor_match_one_process_and_return_rank_0s_value(
-    spark, tmp_path, local_mode
+    spark, tmp_path, local_mode, torchrun_case
 ):
     value = run_on_spark(
         _train_case, 2, args=(str(tmp_path), str(HERE / "torchrun_case.py")), local_mode=local_mode
     )
     assert value == "rank 0 of 2"  # whichever rank's output Spark hands back
-    _case().assert_ranks_match_reference(tmp_path, world_size=2)
+    torchrun_case.assert_ranks_match_reference(tmp_path, world_size=2)
 
 
 def _train_named_run(strategy):

@@ -1,6 +1,5 @@
 """The same training entry points under torchrun: one node with 2 processes, and 2 nodes on loopback."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,18 +16,7 @@ HERE = Path(__file__).parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
-def _case():
-    spec = importlib.util.spec_from_file_location("torchrun_case", HERE / "torchrun_case.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _assert_ranks_match_reference(out: Path, world_size: int) -> None:
-    _case().assert_ranks_match_reference(out, world_size)
-
-
-def test_two_nodes_on_loopback_train_together_to_the_same_parameters(tmp_path, free_port):
+def test_two_nodes_on_loopback_train_together_to_the_same_parameters(tmp_path, free_port, torchrun_case):
     port = free_port()
     command = [
         *TORCHRUN,
@@ -43,7 +31,7 @@ def test_two_nodes_on_loopback_train_together_to_the_same_parameters(tmp_path, f
         for node in nodes:
             node.kill()
     assert [node.returncode for node in nodes] == [0, 0], outputs
-    _assert_ranks_match_reference(tmp_path, world_size=2)
+    torchrun_case.assert_ranks_match_reference(tmp_path, world_size=2)
     # each agent numbered its process LOCAL_RANK=0; sharing this machine, they became 0 and 1 of 2 (so on a
     # GPU machine they would take GPUs 0 and 1, not both GPU 0)
     local = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
@@ -51,7 +39,7 @@ def test_two_nodes_on_loopback_train_together_to_the_same_parameters(tmp_path, f
     assert {x["local_world_size"] for x in local} == {"2"}
 
 
-def test_one_node_with_two_processes(tmp_path):
+def test_one_node_with_two_processes(tmp_path, torchrun_case):
     command = [
         *TORCHRUN,
         "--standalone",
@@ -62,7 +50,7 @@ def test_one_node_with_two_processes(tmp_path):
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
-    _assert_ranks_match_reference(tmp_path, world_size=2)
+    torchrun_case.assert_ranks_match_reference(tmp_path, world_size=2)
 
 
 def test_workbench_train_runs_as_ranks_under_torchrun(tmp_path):
