@@ -58,9 +58,7 @@ class TrainerBenchmark:
     dashboard_s: float
     logged_s: float  # the Trainer writing metrics.jsonl (a run name, no checkpoints), TensorBoard and MLflow
     logs_thread_s: float  # of which in the logs' callbacks, on the training thread
-    logs_events_s: (
-        float  # of that, in their step and evaluation events (the rest: at the fit's start and end)
-    )
+    logs_events_s: float  # of that, in step and evaluation events (the rest: at the fit's start and end)
     logs_cpu_s: float  # and CPU time of the threads the logs start (beyond the plain Trainer's)
     background_s: float
     dashboard_us_per_step_mean: float
@@ -317,9 +315,8 @@ def _logged_seconds(splits: Splits, config: TrainConfig, folder: str) -> tuple[f
         runs_dir=folder,
     )
     clock = WorkClock()
-    trainer.events.callbacks = clock.clocked(
-        trainer.events.callbacks
-    )  # metrics.jsonl's writer and the loggers
+    # metrics.jsonl's writer and the loggers, each timed
+    trainer.events.callbacks = clock.clocked(trainer.events.callbacks)
     with clock.threads():
         seconds = _timed(trainer.fit)
     return seconds, clock

@@ -133,8 +133,8 @@ class MLflowLogger(RankZeroLogger):
         for batch in sent:
             batch.result()  # raises what the sender met
         queued, self._queue = self._queue, []
-        for start in range(0, max(len(queued), 1), _BATCH):  # here: the sender would only be waited for
-            self._send(queued[start : start + _BATCH])
+        for batch in _batches(queued):  # here: the sender would only be waited for
+            self._send(batch)
         checkpoint = summary.get("checkpoint")
         if self.log_checkpoint and checkpoint and Path(checkpoint).is_file():
             self._client.log_artifact(self.run_id, checkpoint, artifact_path="checkpoint")
@@ -155,8 +155,8 @@ class MLflowLogger(RankZeroLogger):
 
     def _flush(self) -> None:
         queued, self._queue = self._queue, []
-        for start in range(0, max(len(queued), 1), _BATCH):
-            self._sent.append(self._sender.submit(self._send, queued[start : start + _BATCH]))
+        for batch in _batches(queued):
+            self._sent.append(self._sender.submit(self._send, batch))
         while len(self._sent) > _IN_FLIGHT or (self._sent and self._sent[0].done()):
             self._sent.pop(0).result()  # raises what the sender met; waits only if MLflow falls behind
         self._flushed_at = time.monotonic()
@@ -186,6 +186,12 @@ class MLflowLogger(RankZeroLogger):
             max_results=1,
         )
         return runs[0].info.run_id if runs else None
+
+
+def _batches(metrics: list[Any]) -> list[list[Any]]:
+    """`metrics` in calls MLflow accepts (≤ 1000 each); one empty batch when there are none (it may carry
+    the params)."""
+    return [metrics[start : start + _BATCH] for start in range(0, max(len(metrics), 1), _BATCH)]
 
 
 def _tracking_uri(target: Any) -> tuple[str, Path | None]:
