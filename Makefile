@@ -41,12 +41,12 @@ export WORKBENCH_REQUIRE_TOOLCHAIN := 1
 export WORKBENCH_REQUIRE_MPIRUN := 1
 export WORKBENCH_REQUIRE_SLURM := 1
 
-.PHONY: lab test install lint screenshots clean
+.PHONY: lab test install lint screenshots system clean
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(AS_ROOT) $(LAB_ARGS)
 
-test: $(STAMP) $(CHROMIUM) $(MPIRUN) $(JAVA) $(SLURMD)
+test: $(STAMP) system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -56,7 +56,7 @@ install: $(STAMP)
 
 # The README's tour pictures: the browser test runs the notebooks and crops their dashboards.
 TOUR := 02_optimizers_dashboard.png 03_data_parallel_dashboard.png 04_model_parallel_dashboard.png
-screenshots: $(STAMP) $(CHROMIUM)
+screenshots: $(STAMP) system
 	$(BIN)/python -m pytest tests/browser -k "02_optimizers or 03_data_parallel or 04_model_parallel"
 	mkdir -p docs/tour && cd artifacts/browser && cp $(TOUR) ../../docs/tour/
 
@@ -66,41 +66,30 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # torch first, from the pin, so that resolving the project never pulls a CUDA build on a CPU machine.
+# --no-compile: Python compiles only the modules it imports, on first import (saves ~45 s of install).
 $(STAMP): pyproject.toml $(CONSTRAINTS) kernels/workbench/kernel.json workbench/kernelspec.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet $(PIN) torch
-	$(PIP) install --quiet $(PIN) -e '.[test,dev,toolchain,tensorboard,mlflow,spark]'
+	$(PIP) install --quiet --no-compile $(PIN) torch
+	$(PIP) install --quiet --no-compile $(PIN) -e '.[test,dev,toolchain,tensorboard,mlflow,spark]'
 	$(BIN)/workbench kernel install --sys-prefix
 	touch $@
 
-# Debian's chromium for the Playwright browser test (never `playwright install`: no downloads at test time).
-$(CHROMIUM):
-	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
-	else echo "$(CHROMIUM) is missing: install Debian's chromium (apt-get install chromium)" >&2; exit 1; fi; \
-	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null
-	test -x $(CHROMIUM)
+# Debian packages the tests drive, each named by the program it provides; whatever is missing is installed in
+# one apt-get call. Chromium: the Playwright browser tests (never `playwright install`: no downloads at test
+# time). Open MPI: the tests under a real `mpirun` (torch's wheel has no MPI backend: the ranks read Open
+# MPI's variables and talk through gloo). Java 17+: Spark's JVM. Slurm and munge: the tests that start a
+# one-node Slurm cluster (srun, the README's sbatch script).
+SYSTEM := $(CHROMIUM):chromium $(MPIRUN):openmpi-bin $(JAVA):openjdk-17-jre-headless $(SLURMD):slurm-wlm,munge
 
-# Debian's Open MPI for the tests that train under a real `mpirun` (torch's wheel has no MPI backend: the
-# ranks read Open MPI's variables and talk through gloo).
-$(MPIRUN):
-	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
-	else echo "$(MPIRUN) is missing: install Debian's openmpi-bin (apt-get install openmpi-bin)" >&2; exit 1; fi; \
-	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openmpi-bin >/dev/null
-	test -x $(MPIRUN)
-
-# Java for the Spark tests (pyspark runs a JVM; Spark 4 needs 17 or newer).
-$(JAVA):
-	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
-	else echo "$(JAVA) is missing: install Java 17 (apt-get install openjdk-17-jre-headless)" >&2; exit 1; fi; \
-	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
-	test -x $(JAVA)
-
-# Debian's Slurm and munge for the tests that start a one-node Slurm cluster (srun, the README's sbatch script).
-$(SLURMD):
-	@if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
-	else echo "$(SLURMD) is missing: install Debian's Slurm (apt-get install slurm-wlm munge)" >&2; exit 1; fi; \
-	$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq slurm-wlm munge >/dev/null
-	test -x $(SLURMD)
+system:
+	@missing=; for entry in $(SYSTEM); do test -x "$${entry%%:*}" || missing="$$missing $$(echo "$${entry#*:}" | tr , ' ')"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif command -v sudo >/dev/null; then SUDO=sudo; \
+	  else echo "missing Debian packages:$$missing (apt-get install$$missing)" >&2; exit 1; fi; \
+	  echo "apt-get install$$missing"; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi; \
+	for entry in $(SYSTEM); do test -x "$${entry%%:*}" || { echo "$${entry%%:*} is still missing" >&2; exit 1; }; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

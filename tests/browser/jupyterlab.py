@@ -149,10 +149,15 @@ def run_all_cells(page, lab: Lab, notebook: str, timeout_s: float) -> None:
 def wait_until_all_ran(page, code_cells: int, timeout_s: float) -> None:
     page.wait_for_function(
         """(codeCells) => {
-            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+            const cells = [...document.querySelectorAll('.jp-CodeCell')];
             const busy = document.querySelector(".jp-Notebook-ExecutionIndicator[data-status='busy']");
-            const numbered = prompts.every((p, i) => p.textContent.trim() === `[${i + 1}]:`);
-            return prompts.length === codeCells && !busy && numbered;
+            // a cell whose input is collapsed (an exercise's answer) shows no prompt: the next one counts it
+            const numbered = cells.every((cell, i) => {
+                const prompt = cell.querySelector('.jp-InputArea-prompt');
+                if (!prompt) return !!cell.querySelector('.jp-InputPlaceholder');
+                return prompt.textContent.trim() === `[${i + 1}]:`;
+            });
+            return cells.length === codeCells && !busy && numbered;
         }""",
         arg=code_cells,
         timeout=timeout_s * 1000,

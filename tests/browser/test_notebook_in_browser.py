@@ -2,8 +2,8 @@
 
 JupyterLab serves a temporary copy of ``notebooks/`` (so autosave never touches the repository). The test
 presses Run ▸ Run All Cells in every notebook, waits for the last cell, then checks the page: no errors,
-every plotly plot holds data, and where a notebook has a Dashboard, its loss plot holds as many points as the
-notebook says and the progress bar reached 100%.
+every plotly plot holds data, plotly's widget bundle arrived at most once, and where a notebook has a
+Dashboard, its loss plot holds as many points as the notebook says and the progress bar reached 100%.
 Screenshots go to ``artifacts/browser/``.
 
 The lab, the page and Run All live in ``conftest.py``.
@@ -24,6 +24,8 @@ NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_every_notebook_runs_in_the_browser_without_errors_and_with_filled_plots(lab, page, notebook):
+    received: list[int] = []  # the size of every websocket message the page receives
+    page.on("websocket", lambda socket: socket.on("framereceived", lambda data: received.append(len(data))))
     run_all_cells(page, lab, notebook, timeout_s=600)
     time.sleep(1.0)  # the last throttled widget messages
     page.screenshot(path=str(ARTIFACTS / f"{Path(notebook).stem}.png"), full_page=True)
@@ -33,6 +35,9 @@ def test_every_notebook_runs_in_the_browser_without_errors_and_with_filled_plots
     empty = plots.evaluate_all(EMPTY_PLOTS_JS)
     assert plots.count() >= MIN_PLOTS.get(notebook, 1), f"only {plots.count()} plotly plots in the page"
     assert empty == [], f"{len(empty)} of {plots.count()} plotly plots hold no data: {empty}"
+    # plotly's 5-MB widget bundle reaches the page once, not with each plot (workbench.widgets._figure_widget)
+    large = [size for size in received if size > 4_000_000]
+    assert len(large) <= 1, f"{len(large)} websocket messages over 4 MB: {large}"
     check = EXTRA_CHECKS.get(notebook)
     if check is not None:
         check(page)

@@ -25,13 +25,13 @@ from typing import Any, Protocol
 
 import ipywidgets as widgets
 import plotly.colors
-import plotly.graph_objects as go
 import psutil
 from plotly.subplots import make_subplots
 
 from workbench._validate import check_int, check_positive
 from workbench.monitor import DeviceSampler
 from workbench.train.events import Callback, Event
+from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 
 Sample = dict[str, Any]
@@ -121,9 +121,7 @@ class DeviceMonitor(LiveFigure, Callback):
         for panel in ("utilization", "memory"):
             figure.update_yaxes(range=[0, 102], row=self._rows[panel], col=1)
         self.summary = widgets.HTML(value="waiting for the first sample…")  # drawn under _figure_lock
-        super().__init__(
-            go.FigureWidget(figure), max_updates_per_s=max_updates_per_s, controls=[self.summary]
-        )
+        super().__init__(FigureWidget(figure), max_updates_per_s=max_updates_per_s, controls=[self.summary])
         self._unsubscribe: Callable[[], None] | None = None
         self._own_sampler: DeviceSampler | None = None  # made by `start`
         # under _data_lock:

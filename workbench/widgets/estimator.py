@@ -11,7 +11,6 @@ import html
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 import torch
 from torch import nn
 
@@ -23,6 +22,7 @@ from workbench.estimate.plan import TrainingEstimate, estimate_training
 from workbench.parallel.registry import STRATEGIES
 from workbench.tables import html_table
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
+from workbench.widgets._figure_widget import FigureWidget
 
 _COMPONENTS = ("params", "grads", "optimizer_state", "activations", "comm_buffers")
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
@@ -95,7 +95,7 @@ class Estimator:
             options=names, value=hardware_name or names[0], description="hardware", style=style
         )
         self.answer = widgets.HTML()
-        self.figure = go.FigureWidget(
+        self.figure = FigureWidget(
             layout={
                 "height": 330,
                 "barmode": "stack",

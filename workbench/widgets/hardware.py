@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 
 from workbench.devices import DeviceReport, GpuInfo, device_report
 from workbench.devices.datasheets import GpuDatasheet, find_datasheet
 from workbench.devices.microbench import HardwareBenchmark, benchmark_hardware
 from workbench.tables import html_table
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
+from workbench.widgets._figure_widget import FigureWidget
 
 COMPARISON_HEADERS = ("device", "figure", "measured", "datasheet", "measured / datasheet")
 # measured row name → (datasheet field, factor from datasheet units to the measured unit)
@@ -61,7 +61,7 @@ class HardwareInspector:
         self.devices = widgets.HTML(self.report._repr_html_())
         self.interconnect = widgets.HTML(self._interconnect_html())
         self.comparison = widgets.HTML()
-        self.figure = go.FigureWidget(
+        self.figure = FigureWidget(
             layout={
                 "height": 320,
                 "barmode": "group",

@@ -17,11 +17,11 @@ from typing import Any
 
 import ipywidgets as widgets
 import plotly.colors
-import plotly.graph_objects as go
 
 from workbench._validate import check_int
 from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.metrics_log import read_metrics
+from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets._kernel import acknowledge_widget_message
 from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 from workbench.widgets.series import DownsampledSeries, ema
@@ -84,7 +84,7 @@ class LossPlot(LiveFigure, Callback):
         self.max_points = check_int("max_points", max_points, minimum=2)
         check_int("height", height, minimum=MIN_HEIGHT)
         ema([], smoothing)  # checks it
-        figure = go.FigureWidget(
+        figure = FigureWidget(
             layout={
                 "height": height,
                 "title": {"text": "Loss", "x": 0.01, "y": 0.98, "font": {"size": 15}},

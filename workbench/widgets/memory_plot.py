@@ -12,10 +12,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import plotly.graph_objects as go
-
 from workbench._validate import check_int, check_nonnegative
 from workbench.train.events import Callback, Event
+from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 
 PARTS = ("params", "grads", "optimizer_state", "activations")
@@ -54,7 +53,7 @@ class MemoryPlot(LiveFigure, Callback):
 
     def __init__(self, *, max_updates_per_s: float = 4, height: int = 320) -> None:
         check_int("height", height, minimum=MIN_HEIGHT)
-        figure = go.FigureWidget(
+        figure = FigureWidget(
             layout={
                 "height": height,
                 "margin": {"l": 60, "r": 20, "t": 40, "b": 40},

@@ -11,10 +11,10 @@ from typing import Any
 
 import ipywidgets as widgets
 import plotly.colors
-import plotly.graph_objects as go
 
 from workbench._validate import check_int
 from workbench.train.events import Callback, Event, evaluation_metrics
+from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets._kernel import acknowledge_widget_message
 from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 from workbench.widgets.series import DownsampledSeries
@@ -58,7 +58,7 @@ class MetricPlot(LiveFigure, Callback):
     def __init__(self, *, max_points: int = 1000, max_updates_per_s: float = 2, height: int = 280) -> None:
         self.max_points = check_int("max_points", max_points, minimum=2)
         check_int("height", height, minimum=MIN_HEIGHT)
-        figure = go.FigureWidget(
+        figure = FigureWidget(
             layout={
                 "height": height,
                 "title": {"text": "Metrics", "x": 0.01, "y": 0.97, "font": {"size": 15}},

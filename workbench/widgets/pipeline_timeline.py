@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import plotly.colors
-import plotly.graph_objects as go
 
 from workbench._validate import check_int
 from workbench.parallel.timeline import KINDS, StepTimeline
 from workbench.train.events import Callback, Event
+from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 
 _COLORS = plotly.colors.qualitative.Plotly  # one per micro-batch, repeating
@@ -62,7 +62,7 @@ class PipelineTimeline(LiveFigure, Callback):
     def __init__(self, *, max_pending: int = 8, max_updates_per_s: float = 4, height: int = 300) -> None:
         check_int("height", height, minimum=MIN_HEIGHT)
         self.max_pending = check_int("max_pending", max_pending, minimum=1)
-        figure = go.FigureWidget(
+        figure = FigureWidget(
             layout={
                 "height": height,
                 "margin": {"l": 70, "r": 20, "t": 40, "b": 40},

@@ -18,7 +18,6 @@ from typing import Any
 
 import ipywidgets as widgets
 import plotly.colors
-import plotly.graph_objects as go
 
 from workbench._validate import check_positive
 from workbench.tables import html_table
@@ -34,6 +33,7 @@ from workbench.train.runs import (
     read_run,
 )
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
+from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets._kernel import acknowledge_widget_message
 from workbench.widgets.series import ema
 
@@ -116,7 +116,7 @@ class RunsBrowser:
             value=smoothing, min=0.0, max=0.99, step=0.01, description="smoothing", continuous_update=False
         )
         self.diff_view = widgets.HTML()
-        self.figure = go.FigureWidget(
+        self.figure = FigureWidget(
             layout={
                 "height": 380,
                 "title": {"text": "", "x": 0.01},
