@@ -1,0 +1,26 @@
+"""Check functions for the tutorials' "build it yourself" exercises: a learner's code against a reference.
+
+Each ``check_*`` runs the learner's function and the reference (torch, or the workbench's own code) on the
+same seeded inputs, returns a short line saying what matched, and raises :class:`ExerciseMismatch` naming the
+first place they differ (which setting, which step, by how much) and a hint.
+"""
+
+from workbench.exercises.optimizers import (
+    OPTIMIZER_CHECKS,
+    ExerciseMismatch,
+    check_optimizer_step,
+    follow_trajectory,
+    quadratic,
+    steps_to_reach,
+    trajectory_figure,
+)
+
+__all__ = [
+    "OPTIMIZER_CHECKS",
+    "ExerciseMismatch",
+    "check_optimizer_step",
+    "follow_trajectory",
+    "quadratic",
+    "steps_to_reach",
+    "trajectory_figure",
+]
