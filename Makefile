@@ -66,11 +66,10 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # torch first, from the pin, so that resolving the project never pulls a CUDA build on a CPU machine.
-# --no-compile: Python compiles only the modules it imports, on first import (saves ~45 s of install).
 $(STAMP): pyproject.toml $(CONSTRAINTS) kernels/workbench/kernel.json workbench/kernelspec.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --no-compile $(PIN) torch
-	$(PIP) install --quiet --no-compile $(PIN) -e '.[test,dev,toolchain,tensorboard,mlflow,spark]'
+	$(PIP) install --quiet $(PIN) torch
+	$(PIP) install --quiet $(PIN) -e '.[test,dev,toolchain,tensorboard,mlflow,spark]'
 	$(BIN)/workbench kernel install --sys-prefix
 	touch $@
 

@@ -5,6 +5,7 @@ same seeded inputs, returns a short line saying what matched, and raises :class:
 first place they differ (which setting, which step, by how much) and a hint.
 """
 
+from workbench.exercises.grad_scaler import check_scale_update, simulate_loss_scaling
 from workbench.exercises.optimizers import (
     OPTIMIZER_CHECKS,
     ExerciseMismatch,
@@ -19,8 +20,10 @@ __all__ = [
     "OPTIMIZER_CHECKS",
     "ExerciseMismatch",
     "check_optimizer_step",
+    "check_scale_update",
     "follow_trajectory",
     "quadratic",
+    "simulate_loss_scaling",
     "steps_to_reach",
     "trajectory_figure",
 ]
