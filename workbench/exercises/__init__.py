@@ -6,9 +6,9 @@ first place they differ (which setting, which step, by how much) and a hint.
 """
 
 from workbench.exercises.grad_scaler import check_scale_update, simulate_loss_scaling
+from workbench.exercises.mismatch import ExerciseMismatch
 from workbench.exercises.optimizers import (
     OPTIMIZER_CHECKS,
-    ExerciseMismatch,
     check_optimizer_step,
     follow_trajectory,
     quadratic,

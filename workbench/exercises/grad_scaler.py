@@ -12,7 +12,7 @@ Example:
     >>> check_scale_update(update)
     Traceback (most recent call last):
     ...
-    workbench.exercises.optimizers.ExerciseMismatch: update gives scale 4096 after step 18 ...
+    workbench.exercises.mismatch.ExerciseMismatch: update gives scale 4096 after step 18 ...
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from workbench.exercises.optimizers import ExerciseMismatch
+from workbench.exercises.mismatch import ExerciseMismatch
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504: a scaled gradient above it is inf in fp16
 _OPTIONS = {"growth_factor": 2.0, "backoff_factor": 0.5}

@@ -17,7 +17,7 @@ Example:
     >>> check_optimizer_step(lazy_sgd, "sgd")
     Traceback (most recent call last):
     ...
-    workbench.exercises.optimizers.ExerciseMismatch: lazy_sgd left the parameter unchanged at step 1 ...
+    workbench.exercises.mismatch.ExerciseMismatch: lazy_sgd left the parameter unchanged at step 1 ...
 """
 
 from __future__ import annotations
@@ -26,15 +26,14 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import torch
 
+from workbench.exercises.mismatch import ExerciseMismatch
+
 Step = Callable[..., Any]
-
-
-class ExerciseMismatch(AssertionError):
-    """A learner's function does not do what the reference does; the message says where and hints why."""
 
 
 @dataclass(frozen=True)
@@ -132,12 +131,12 @@ def _compare_on_one_setting(
         for p, g in zip(reference, grads, strict=True):
             p.grad = g.clone()
         optimizer.step()
-        before = [p.clone() for p in mine]
+        before = [p.clone() for p in mine] if t == 1 else None  # to catch an update that never lands
         with torch.no_grad():
             for p, g, state in zip(mine, grads, states, strict=True):
                 step(p, g.clone(), state, **setting)
         for index, (p, expected) in enumerate(zip(mine, reference, strict=True)):
-            if t == 1 and torch.equal(p, before[index]):
+            if before is not None and torch.equal(p, before[index]):
                 raise ExerciseMismatch(
                     f"{name} left the parameter unchanged at step 1 with {setting}: update p in place "
                     "(p -= ..., p.mul_(...), p.addcdiv_(...)); `p = ...` inside the function only renames "
@@ -166,15 +165,16 @@ class Quadratic:
         a = math.radians(self.angle_degrees)
         return torch.tensor([[math.cos(a), math.sin(a)], [-math.sin(a), math.cos(a)]], dtype=torch.float64)
 
+    @cached_property  # built once: value and gradient run every step and at every contour point
     def hessian(self) -> torch.Tensor:
         rotation = self._rotation()
         return rotation.T @ torch.diag(torch.tensor(self.curvatures, dtype=torch.float64)) @ rotation
 
     def value(self, w: torch.Tensor) -> torch.Tensor:
-        return 0.5 * (w @ self.hessian().to(w.dtype) @ w)
+        return 0.5 * (w @ self.hessian.to(w.dtype) @ w)
 
     def gradient(self, w: torch.Tensor) -> torch.Tensor:
-        return self.hessian().to(w.dtype) @ w
+        return self.hessian.to(w.dtype) @ w
 
 
 def quadratic(curvatures: tuple[float, float] = (1.0, 25.0), angle_degrees: float = 0.0) -> Quadratic:
@@ -213,10 +213,8 @@ def follow_trajectory(
 def steps_to_reach(problem: Quadratic, trajectory: torch.Tensor, target: float) -> int | None:
     """The first step whose loss is below ``target`` and stays below it, or None if it never settles."""
     values = [float(problem.value(w)) for w in trajectory]
-    for index in range(len(values)):
-        if all(v < target for v in values[index:]):
-            return index
-    return None
+    last_above = max((index for index, v in enumerate(values) if v >= target), default=-1)
+    return last_above + 1 if last_above + 1 < len(values) else None
 
 
 def trajectory_figure(problem: Quadratic, trajectories: Mapping[str, torch.Tensor]):
