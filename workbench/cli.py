@@ -98,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     kernels.add_argument("--repeats", type=int, default=5, help="timed samples per measurement (median)")
     kernels.add_argument("--full", action="store_true", help="matmul 4096³, 100M-parameter Adam and clipping")
     kernels.add_argument("--static", action="store_true", help="no GPU: compile, predict from the roofline")
+    kernels.add_argument(
+        "--host", action="store_true", help="no GPU: host time of one Adam step, launches stubbed"
+    )
     kernels.set_defaults(command="bench kernels", run=_bench_kernels)
     ddp = bench_commands.add_parser("ddp", help="data parallel: N processes vs 1 on a compute-bound MLP")
     ddp.add_argument("--nprocs", type=int, default=2, help="processes of the parallel run (default 2)")
@@ -639,6 +642,7 @@ def _bench_kernels(args: argparse.Namespace) -> int:
     from workbench.bench.kernels import main as bench_kernels
 
     flags = [*(["--full"] if args.full else []), *(["--static"] if args.static else [])]
+    flags += ["--host"] if args.host else []
     return bench_kernels(["--repeats", str(args.repeats), *flags])
 
 

@@ -127,3 +127,18 @@ def test_the_workbench_command_runs_the_kernel_benchmark(capsys):
 
     assert workbench_main(["bench", "kernels", "--repeats", "1"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def test_the_host_benchmark_shows_one_launch_per_group_against_one_per_tensor(capsys):
+    from workbench.bench.optimizer_host import benchmark_optimizer_host
+
+    result = benchmark_optimizer_host(tensor_counts=(4, 64), repeats=3, steps=3)
+    launches = {(r[0], r[1], r[2]): r[3] for r in result.rows}
+    assert launches[(64, False, "one launch per group")] == 1
+    assert launches[(64, True, "one launch per group")] == 2  # the norm's reduction, then Adam
+    assert launches[(64, False, "one launch per tensor")] == 64
+    assert launches[(64, True, "one launch per tensor")] == 3 * 64  # clipping: a sum and a scale per tensor
+    assert main(["--host", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "per tensor ÷ one launch" in out and "launches stubbed" in out
+    assert main(["--host", "--repeats", "0"]) == 2

@@ -1,4 +1,6 @@
-"""FusedSGD and FusedAdam against torch.optim, their state dicts, and training through the Trainer."""
+"""FusedSGD and FusedAdam against torch.optim, their state dicts, and training through the Trainer; one launch
+per param group whatever its number of tensors, clipping inside Adam's launch, and gradients that code
+replaces or sets to None."""
 
 import copy
 import types
@@ -179,6 +181,7 @@ def test_trainer_trains_with_the_fused_optimizer(tmp_path, device):
         (lambda p: FusedAdam(p, eps=-1), "eps must be a number ≥ 0"),
         (lambda p: FusedAdam(p, betas=(0.9,)), r"betas must be a pair \(beta1, beta2\)"),
         (lambda p: FusedAdam(p, betas=(0.9, 1.0)), r"betas\[1\] must be in \[0, 1\), got 1.0"),
+        (lambda p: FusedAdam(p, max_grad_norm=-1), "max_grad_norm must be a number ≥ 0"),
         (
             lambda p: fused_optimizer_factory(p, types.SimpleNamespace(name="rmsprop")),
             "optimizer_config.name='rmsprop' is not supported; allowed values: 'sgd', 'adam', 'adamw'",
@@ -188,3 +191,124 @@ def test_trainer_trains_with_the_fused_optimizer(tmp_path, device):
 def test_bad_hyperparameters_are_named(make, message):
     with pytest.raises(ValueError, match=message):
         make(nn.Linear(2, 1).parameters())
+
+
+def _deep(device, layers=12):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), *(nn.Linear(4, 4) for _ in range(layers - 1))).to(device)
+
+
+def _count_launches(monkeypatch):
+    """Every kernel launch of the optimizers and the norm's reduction, by kernel name."""
+    from workbench.kernels import optim_kernels, reduce
+
+    launched = []
+    for module in (optim_kernels, reduce):
+        real = module.launch
+
+        def counting(kernel, *args, real=real):
+            launched.append(getattr(kernel, "__name__", None) or kernel.py_func.__name__)
+            real(kernel, *args)
+
+        monkeypatch.setattr(module, "launch", counting)
+    return launched
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda params: FusedAdam(params, lr=0.01, max_grad_norm=0.5),
+        lambda params: FusedSGD(params, lr=0.1, momentum=0.9),
+    ],
+    ids=["adam clipped", "sgd momentum"],
+)
+def test_a_step_is_one_launch_per_group_whatever_its_number_of_tensors(device, monkeypatch, make):
+    model = _deep(device)  # 24 tensors
+    optimizer = make(model.parameters())
+    flat = optimizer.flat[0]
+    assert all(
+        p.data_ptr() == view.data_ptr()
+        for p, view in zip(model.parameters(), flat.views(flat.param), strict=True)
+    )
+    launched = _count_launches(monkeypatch)
+    _train(model, optimizer, device, steps=3)
+    per_step = ["reduce", "adam"] if isinstance(optimizer, FusedAdam) else ["sgd"]
+    assert launched == per_step * 3  # tensor by tensor, it was 24 (Adam: 24 + 48 with clipping) per step
+    assert all(
+        p.grad.data_ptr() == view.data_ptr()
+        for p, view in zip(model.parameters(), flat.views(flat.grad), strict=True)
+    )
+
+
+def test_clipping_inside_the_launch_matches_clip_grad_norm_then_adam(assert_close, device):
+    model, twin = _deep(device, layers=3), _deep(device, layers=3)
+    ours = FusedAdam(model.parameters(), lr=0.01, max_grad_norm=0.05)
+    theirs = torch.optim.Adam(twin.parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        x = (10 * torch.randn(8, 3, generator=generator)).to(device)
+        for net, optimizer in ((model, ours), (twin, theirs)):
+            optimizer.zero_grad()
+            net(x).square().mean().backward()
+        unclipped = [p.grad.clone() for p in model.parameters()]
+        norm = torch.nn.utils.clip_grad_norm_(twin.parameters(), 0.05)
+        ours.step()
+        theirs.step()
+        assert norm > 0.05  # clipping did something
+        assert ours.grad_norm() == pytest.approx(float(norm), rel=1e-5)
+        assert all(
+            torch.equal(p.grad, g) for p, g in zip(model.parameters(), unclipped, strict=True)
+        )  # .grad unscaled
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert_close(p, q, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "options"),
+    [
+        (FusedAdam, torch.optim.Adam, {"lr": 0.01, "weight_decay": 0.1}),
+        (FusedSGD, torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
+    ],
+)
+def test_gradients_replaced_or_set_to_none_are_taken_as_torch_takes_them(
+    assert_close, device, ours, theirs, options
+):
+    """Step 2: code replaces one .grad with its own tensor and sets another to None (torch skips that
+    parameter); the counts part, and every later step still matches torch.optim."""
+    model, twin = _model(device), _model(device)
+    fused, reference = ours(model.parameters(), **options), theirs(twin.parameters(), **options)
+    generator = torch.Generator().manual_seed(2)
+    for step in range(5):
+        x = torch.randn(4, 3, generator=generator).to(device)
+        for net, optimizer in ((model, fused), (twin, reference)):
+            optimizer.zero_grad()
+            net(x).square().mean().backward()
+            if step == 2:
+                net[0].weight.grad = net[0].weight.grad * 3  # a tensor of its own
+                net[2].bias.grad = None
+        fused.step()
+        reference.step()
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert_close(p, q)
+    if ours is FusedAdam:
+        assert [float(fused.state[p]["step"]) for p in model.parameters()] == [5.0, 5.0, 5.0, 4.0]
+
+
+def test_frozen_parameters_stay_out_of_the_buffer_and_are_never_updated(device):
+    model = _model(device)
+    model[0].weight.requires_grad_(False)
+    frozen = model[0].weight.detach().clone()
+    optimizer = FusedAdam(model.parameters(), lr=0.1)
+    _train(model, optimizer, device, steps=2)
+    assert torch.equal(model[0].weight, frozen)
+    assert optimizer.flat[0].param.numel() == 5 + 10 + 2
+
+
+def test_parameters_it_cannot_pack_are_refused_with_the_fix():
+    with pytest.raises(
+        TypeError,
+        match=r"FusedAdam updates float32 parameters; parameter 0 is torch.float64 \(use .float\(\)\)",
+    ):
+        FusedAdam(nn.Linear(2, 1).double().parameters())
+    with pytest.raises(ValueError, match="no parameter of this group requires a gradient"):
+        FusedSGD([nn.Parameter(torch.ones(2), requires_grad=False)])

@@ -335,7 +335,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="no GPU needed: compile and predict (registers, occupancy, roofline)",
     )
+    parser.add_argument(
+        "--host",
+        action="store_true",
+        help="no GPU needed: host time of an Adam step, launches stubbed, one launch per group vs per tensor",
+    )
     args = parser.parse_args(argv)
+    if args.host:
+        from workbench.bench.optimizer_host import benchmark_optimizer_host
+
+        if args.repeats < 1:
+            print(
+                f"workbench bench kernels --host: error: --repeats must be ≥ 1, got {args.repeats}",
+                file=sys.stderr,
+            )
+            return 2
+        print(benchmark_optimizer_host(repeats=args.repeats).table())
+        print(f"launches stubbed; median [range] of {args.repeats} repeats of 20 steps, variants alternating")
+        return 0
     if args.static:
         from workbench.bench.kernels_static import static_prediction
 

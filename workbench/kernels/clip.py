@@ -109,6 +109,21 @@ def clip_grad_norm(
     return float(np.sqrt(np.float32(read_scalar(total))))
 
 
+def sum_of_squares(arrays: Any, *, threads: int | None = None, blocks: int | None = None) -> Any:
+    """Σ x² over every element of `arrays` (one array or a sequence), summed on the device without waiting
+    for it: a one-element float32 array of the first array's kind (a torch tensor for torch tensors).
+
+    Example:
+        >>> sum_of_squares([np.array([3.0], np.float32), np.array([4.0], np.float32)])
+        array([25.], dtype=float32)
+    """
+    buffers = _buffers(arrays)
+    total = zeros((1,), like=buffers[0])
+    for buffer in buffers:
+        accumulate_into(total, buffer, square=True, threads=threads, blocks=blocks)
+    return total.result()
+
+
 def clip_grad_value(
     grads: Any, clip_value: float, *, threads: int | None = None, blocks: int | None = None
 ) -> None:

@@ -13,7 +13,12 @@ are computed on the host in double precision, as torch does, then rounded to flo
   ``m = lerp(m, g, 1-β1)``; ``v = β2·v + (1-β2)·g²``; ``p = p - lr/(1-β1^t) · m / (√v/√(1-β2^t) + ε)``.
 
 A torch optimizer does each of these as several passes over memory; here each element is loaded and stored
-once: SGD with momentum moves 5 floats per parameter (p, g, b in; p, b out), Adam 7.
+once: SGD with momentum moves 5 floats per parameter (p, g, b in; p, b out), Adam 7. Each thread takes
+`ELEMENTS_PER_THREAD` elements a block-width apart and issues all their loads before its first store, so a
+warp has several independent memory requests in flight. Adam can also clip by the global gradient norm
+inside the same pass: it reads Σ g² from the device (``grad_squares``, summed by
+:func:`workbench.kernels.reduce.accumulate_into`) and scales g by ``min(1, max_norm / (‖g‖ + 1e-6))`` as
+torch's ``clip_grad_norm_`` does, so clipping costs no pass of its own and no wait for the host.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from workbench.kernels._numba import GPU_THREADS, as_buffer, bind_cuda, check_sa
 from workbench.kernels.targets import F32_1D, KernelTarget
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
+
+ELEMENTS_PER_THREAD = 4  # elements each thread loads before it stores any, per grid-stride round
+CLIP_EPSILON = 1e-6  # torch's clip_grad_norm_: coef = max_norm / (total_norm + 1e-6)
 
 
 def sgd_step_spec(
@@ -105,10 +113,10 @@ def sgd_step(
         b = as_buffer(momentum_buf, "momentum_buf")
         check_same_shape("param", p, "momentum_buf", b)
     p, g, b = p.flat(), g.flat(), b.flat()
-    blocks, threads = launch_1d(p.size, threads, blocks)
+    blocks, threads = launch_1d(math.ceil(p.size / ELEMENTS_PER_THREAD), threads, blocks)
     f32 = np.float32
-    # grid `blocks`, block `threads`, grid-stride; each element: reads p, g (and b unless first step),
-    # writes p (and b)
+    # grid `blocks`, block `threads`, grid-stride over tiles of ELEMENTS_PER_THREAD·threads elements; each
+    # element: reads p, g (and b unless first step), writes p (and b)
     launch(
         _sgd_kernel(),
         blocks,
@@ -174,6 +182,8 @@ def adam_step(
     eps: float = 1e-8,
     weight_decay: float = 0.0,
     decoupled: bool = False,
+    grad_squares: Any = None,
+    max_norm: float = 0.0,
     threads: int | None = None,
     blocks: int | None = None,
 ) -> None:
@@ -187,10 +197,13 @@ def adam_step(
         eps: added to the denominator, ≥ 0.
         weight_decay: L2 penalty added to the gradient (Adam) or decoupled decay p·(1 - lr·wd) (AdamW), ≥ 0.
         decoupled: AdamW's decoupled weight decay.
+        grad_squares, max_norm: clip first, as ``clip_grad_norm_(max_norm)``: `grad_squares` is a float32
+            array of one element holding Σ g² over every gradient clipped together (this one included), read
+            on the device; `grad` itself is left unscaled. ``max_norm=0`` (the default) does not clip.
         threads, blocks: the launch (defaults as `workbench.kernels.reduce.sum`).
 
     Raises:
-        ValueError: a bad hyperparameter or shapes that differ.
+        ValueError: a bad hyperparameter, shapes that differ, or `max_norm` without `grad_squares`.
 
     Example:
         >>> p, g = np.ones(2, np.float32), np.full(2, 0.5, np.float32)
@@ -210,14 +223,21 @@ def adam_step(
     for buffer, name in zip(buffers[1:], ("grad", "exp_avg", "exp_avg_sq"), strict=True):
         check_same_shape("param", buffers[0], name, buffer)
     p, g, m, v = (buffer.flat() for buffer in buffers)
+    max_norm = check_nonnegative("max_norm", max_norm)
+    if max_norm and grad_squares is None:
+        raise ValueError(
+            f"max_norm={max_norm} needs grad_squares, the sum of squared gradients on the device"
+        )
+    squares = as_buffer(grad_squares, "grad_squares") if max_norm else g  # g: a placeholder, never read
     # host scalars in double precision, as torch computes them, then float32 for the kernel
     f32 = np.float32
     step_size = lr / (1 - beta1**step)
     bias_correction2_sqrt = math.sqrt(1 - beta2**step)
     decay = 1 - lr * weight_decay if decoupled else 1.0
     l2 = 0.0 if decoupled else weight_decay
-    blocks, threads = launch_1d(p.size, threads, blocks)
-    # grid `blocks`, block `threads`, grid-stride; each element: reads p, g, m, v; writes p, m, v
+    blocks, threads = launch_1d(math.ceil(p.size / ELEMENTS_PER_THREAD), threads, blocks)
+    # grid `blocks`, block `threads`, grid-stride over tiles of ELEMENTS_PER_THREAD·threads elements; each
+    # element: reads p, g, m, v; writes p, m, v; each thread reads grad_squares once when clipping
     launch(
         _adam_kernel(),
         blocks,
@@ -227,6 +247,8 @@ def adam_step(
         g.device,
         m.device,
         v.device,
+        squares.device,
+        f32(max_norm),
         f32(1 - beta1),
         f32(beta2),
         f32(1 - beta2),
@@ -243,19 +265,34 @@ def adam_step(
 @cache
 def _sgd_kernel() -> Any:
     bind_cuda(globals())
+    from numba import float32
 
     @cuda.jit
     def sgd(param, grad, buf, lr, momentum, weight_decay, nesterov, first_step):
-        for i in range(cuda.grid(1), param.size, cuda.gridsize(1)):
-            p = param[i]
-            d = grad[i]
-            if weight_decay != 0:
-                d = d + weight_decay * p
-            if momentum != 0:
-                b = d if first_step else momentum * buf[i] + d
-                buf[i] = b
-                d = d + momentum * b if nesterov else b
-            param[i] = p - lr * d
+        p = cuda.local.array(ELEMENTS_PER_THREAD, float32)  # registers: every index below is a constant
+        d = cuda.local.array(ELEMENTS_PER_THREAD, float32)
+        b = cuda.local.array(ELEMENTS_PER_THREAD, float32)
+        n, width = param.size, cuda.blockDim.x
+        tile = ELEMENTS_PER_THREAD * width
+        for start in range(cuda.blockIdx.x * tile + cuda.threadIdx.x, n, cuda.gridDim.x * tile):
+            for k in range(ELEMENTS_PER_THREAD):  # every load of the tile first
+                i = start + k * width
+                if i < n:
+                    p[k] = param[i]
+                    d[k] = grad[i]
+                    if momentum != 0 and not first_step:
+                        b[k] = buf[i]
+            for k in range(ELEMENTS_PER_THREAD):
+                i = start + k * width
+                if i < n:
+                    step = d[k]
+                    if weight_decay != 0:
+                        step = step + weight_decay * p[k]
+                    if momentum != 0:
+                        momentum_k = step if first_step else momentum * b[k] + step
+                        buf[i] = momentum_k
+                        step = step + momentum * momentum_k if nesterov else momentum_k
+                    param[i] = p[k] - lr * step
 
     return sgd
 
@@ -267,22 +304,56 @@ def _adam_kernel() -> Any:
 
     @cuda.jit
     def adam(
-        param, grad, exp_avg, exp_avg_sq, weight, beta2, one_minus_beta2, eps, l2, decay, step_size, bc2_sqrt
+        param,
+        grad,
+        exp_avg,
+        exp_avg_sq,
+        grad_squares,
+        max_norm,
+        weight,
+        beta2,
+        one_minus_beta2,
+        eps,
+        l2,
+        decay,
+        step_size,
+        bc2_sqrt,
     ):
-        for i in range(cuda.grid(1), param.size, cuda.gridsize(1)):
-            p0 = param[i]
-            p = p0 * decay  # AdamW's decoupled decay (decay is 1 for Adam)
-            g = grad[i]
-            if l2 != 0:
-                g = g + l2 * p0  # Adam's L2 penalty
-            m = exp_avg[i]
-            # torch's lerp(m, g, w): m + w·(g - m) for w < 0.5, else g - (g - m)·(1 - w)
-            m = m + weight * (g - m) if weight < float32(0.5) else g - (g - m) * (float32(1) - weight)
-            v = beta2 * exp_avg_sq[i] + one_minus_beta2 * g * g
-            denom = math.sqrt(v) / bc2_sqrt + eps
-            exp_avg[i] = m
-            exp_avg_sq[i] = v
-            param[i] = p - step_size * (m / denom)
+        clip = float32(1)  # torch's clip_grad_norm_: min(1, max_norm / (‖g‖ + 1e-6)), from the device
+        if max_norm > 0:
+            clip = min(float32(1), max_norm / (math.sqrt(grad_squares[0]) + float32(CLIP_EPSILON)))
+        p = cuda.local.array(ELEMENTS_PER_THREAD, float32)  # registers: every index below is a constant
+        g = cuda.local.array(ELEMENTS_PER_THREAD, float32)
+        m = cuda.local.array(ELEMENTS_PER_THREAD, float32)
+        v = cuda.local.array(ELEMENTS_PER_THREAD, float32)
+        n, width = param.size, cuda.blockDim.x
+        tile = ELEMENTS_PER_THREAD * width
+        for start in range(cuda.blockIdx.x * tile + cuda.threadIdx.x, n, cuda.gridDim.x * tile):
+            for k in range(ELEMENTS_PER_THREAD):  # every load of the tile first
+                i = start + k * width
+                if i < n:
+                    p[k] = param[i]
+                    g[k] = grad[i]
+                    m[k] = exp_avg[i]
+                    v[k] = exp_avg_sq[i]
+            for k in range(ELEMENTS_PER_THREAD):
+                i = start + k * width
+                if i < n:
+                    p0 = p[k]
+                    gk = g[k] * clip if max_norm > 0 else g[k]
+                    if l2 != 0:
+                        gk = gk + l2 * p0  # Adam's L2 penalty
+                    mk = m[k]
+                    # torch's lerp(m, g, w): m + w·(g - m) for w < 0.5, else g - (g - m)·(1 - w)
+                    if weight < float32(0.5):
+                        mk = mk + weight * (gk - mk)
+                    else:
+                        mk = gk - (gk - mk) * (float32(1) - weight)
+                    vk = beta2 * v[k] + one_minus_beta2 * gk * gk
+                    denom = math.sqrt(vk) / bc2_sqrt + eps
+                    exp_avg[i] = mk
+                    exp_avg_sq[i] = vk
+                    param[i] = p0 * decay - step_size * (mk / denom)  # decay: AdamW's (1 for Adam)
 
     return adam
 
@@ -290,7 +361,7 @@ def _adam_kernel() -> Any:
 def gpu_targets() -> list[KernelTarget]:
     """The fused SGD and Adam updates as launched on a GPU."""
     sgd = f"({F32_1D}, {F32_1D}, {F32_1D}, float32, float32, float32, boolean, boolean)"
-    adam = f"({F32_1D}, {F32_1D}, {F32_1D}, {F32_1D}" + ", float32" * 8 + ")"
+    adam = f"({F32_1D}, {F32_1D}, {F32_1D}, {F32_1D}, {F32_1D}" + ", float32" * 9 + ")"
     return [
         KernelTarget("sgd", _sgd_kernel, sgd, GPU_THREADS, 4),
         KernelTarget("adam", _adam_kernel, adam, GPU_THREADS, 4),
