@@ -46,10 +46,13 @@ export WORKBENCH_REQUIRE_SLURM := 1
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(AS_ROOT) $(LAB_ARGS)
 
+# compileall: the suite starts hundreds of Python processes (workers, ranks, the CLI, kernels); with bytecode
+# writing off (PYTHONDONTWRITEBYTECODE, as on some CI images) each would compile workbench from source again.
 test: $(STAMP) system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/python -m compileall -q workbench tests conftest.py
 	$(BIN)/python -m pytest --nbval-lax --doctest-modules --durations=25 $(PYTEST_ARGS) tests workbench notebooks
 
 install: $(STAMP)

@@ -72,3 +72,17 @@ def test_the_checks_fail_on_kernels_that_break_them(arch):
     assert any(p.startswith("cannot launch") for p in found["too many threads"]), found
     assert any("not a whole number of warps" in p for p in found["partial warps"]), found
     assert any("the launch counts on 16" in p for p in found["occupancy"]), found
+
+
+def test_a_report_compiled_once_is_kept_and_read_back(tmp_path, monkeypatch):
+    """Reports are cached under a digest of the sources and tools: a second call reads them (shown by a
+    report altered in the cache coming back as altered) instead of compiling again."""
+    from workbench.kernels.static import reports_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = static_reports(archs=("sm_90",), kernels=("sum",))
+    [kept] = list(reports_cache().glob("*-sm_90.json"))
+    altered = {**json.loads(kept.read_text()), "registers": 254}
+    kept.write_text(json.dumps(altered))
+    again = static_reports(archs=("sm_90",), kernels=("sum",))
+    assert first[0]["registers"] < 254 and again[0]["registers"] == 254

@@ -14,11 +14,19 @@ resident blocks than the launch counts on.
 Needs NVIDIA's compiler from pip (``make test`` installs it: the ``toolchain`` extra) and numba on its GPU
 target: this runs with ``NUMBA_ENABLE_CUDASIM=0`` (in a subprocess when this process already chose the
 simulator; `static_reports` does that). No GPU or driver is needed to compile.
+
+Compiling takes about a minute (numba's compile of the four register matmuls is most of it), so
+`static_reports` splits the kernels over two processes and each report is kept in
+``$XDG_CACHE_HOME/workbench/kernel-reports`` (``~/.cache/...``) under a digest of everything that decides it:
+the source of every module in ``workbench/kernels``, the kernel's name, signature and launch, the
+architecture, and the versions of numba and of the toolchain's packages. Any change to those compiles again;
+``--no-cache`` (``cache=False``) always does.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -27,7 +35,10 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -266,22 +277,82 @@ def _main_loop_ffma_share(instructions: list[tuple[int, str, Any]]) -> float:
 
 
 def static_reports(
-    archs: tuple[str, ...] = ARCHS, kernels: tuple[str, ...] = (), timeout_s: float = 900
+    archs: tuple[str, ...] = ARCHS, kernels: tuple[str, ...] = (), timeout_s: float = 900, cache: bool = True
 ) -> list[dict[str, Any]]:
     """Every target (or those named in `kernels`) compiled for each of `archs`, as dicts with a
-    ``problems`` list, from a fresh process with numba on its GPU target (so this works from any process,
-    the simulator's included).
+    ``problems`` list, from fresh processes with numba on its GPU target (so this works from any process,
+    the simulator's included): two of them when there are two cores, each compiling half the kernels.
+    `cache`: reuse reports compiled before from the same sources and tools (see the module's docstring).
 
     Raises:
         RuntimeError: the toolchain is missing or a compile failed (the message says which and the fix).
     """
+    names = list(kernels) or [t.name for t in all_targets()]
+    workers = max(1, min(2, len(os.sched_getaffinity(0)), len(names)))
+    shares = [names[i::workers] for i in range(workers)]
     environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
-    command = [sys.executable, "-m", "workbench.kernels.static", "--json", "--arch", *archs]
-    command += [word for name in kernels for word in ("--kernel", name)]
-    done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout_s)
-    if done.returncode != 0:
-        raise RuntimeError(f"compiling the kernels failed:\n{done.stderr.strip()[-3000:]}")
-    return json.loads(done.stdout)
+
+    def run(share: list[str]) -> list[dict[str, Any]]:
+        command = [sys.executable, "-m", "workbench.kernels.static", "--json", "--arch", *archs]
+        command += [word for name in share for word in ("--kernel", name)]
+        command += [] if cache else ["--no-cache"]
+        done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=timeout_s)
+        if done.returncode != 0:
+            raise RuntimeError(f"compiling the kernels failed:\n{done.stderr.strip()[-3000:]}")
+        return json.loads(done.stdout)
+
+    with ThreadPoolExecutor(workers) as pool:
+        by_share = list(pool.map(run, shares))
+    order = {name: i for i, name in enumerate(names)}
+    return sorted((row for rows in by_share for row in rows), key=lambda r: (order[r["name"]], r["arch"]))
+
+
+def reports_cache() -> Path:
+    """Where compiled reports are kept: ``$XDG_CACHE_HOME/workbench/kernel-reports`` (``~/.cache/…``)."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "workbench" / "kernel-reports"
+
+
+@cache
+def _sources_and_tools() -> str:
+    """A digest of what every report depends on besides its target: the kernels' sources, numba, the tools."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    for package in ("numba", "numba-cuda", *toolchain_status().packages):
+        try:
+            digest.update(f"{package}={version(package)}".encode())
+        except PackageNotFoundError:
+            digest.update(f"{package}=none".encode())
+    return digest.hexdigest()
+
+
+def _cache_path(target: KernelTarget, arch: str) -> Path:
+    key = (
+        f"{_sources_and_tools()}|{target.name}|{target.signature}|{target.threads}|{target.min_blocks_per_sm}"
+    )
+    return reports_cache() / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}-{arch}.json"
+
+
+def _cached_reports(target: KernelTarget, archs: list[str], use_cache: bool) -> list[KernelReport]:
+    """`target`'s reports for `archs`, from the cache when every one is there, else compiled (and kept)."""
+    paths = [_cache_path(target, arch) for arch in archs]
+    if use_cache and all(path.is_file() for path in paths):
+        try:
+            return [KernelReport(**json.loads(path.read_text())) for path in paths]
+        except (OSError, ValueError, TypeError):  # unreadable or from another layout: compile again
+            pass
+    ptx = target_ptx(target)  # once: numba's compile is the slow part (seconds for the register matmul)
+    reports = [compile_target(target, arch, ptx=ptx) for arch in archs]
+    for path, report in zip(paths, reports, strict=True):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(asdict(report)))
+            temporary.replace(path)  # whole or absent, whatever runs beside this
+        except OSError:  # a read-only home: compile every time
+            pass
+    return reports
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON (one object per kernel and arch)")
     parser.add_argument("--arch", nargs="+", default=list(ARCHS), choices=ARCHS)
     parser.add_argument("--kernel", action="append", default=[], help="only this kernel (repeatable)")
+    parser.add_argument("--no-cache", action="store_true", help="compile again even if reports are cached")
     args = parser.parse_args(argv)
     targets = [t for t in all_targets() if not args.kernel or t.name in args.kernel]
     unknown = set(args.kernel) - {t.name for t in targets}
@@ -301,9 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0")
     rows = []
     for target in targets:
-        ptx = target_ptx(target)  # once: numba's compile is the slow part (seconds for the register matmul)
-        for arch in args.arch:
-            report = compile_target(target, arch, ptx=ptx)
+        for report in _cached_reports(target, args.arch, use_cache=not args.no_cache):
             rows.append(
                 {**asdict(report), "launchable": report.launchable, "problems": problems(report, target)}
             )
