@@ -106,18 +106,28 @@ def lab(tmp_path_factory, free_port):
         log.close()
 
 
-@pytest.fixture
-def page():
-    """A fresh headless Chromium page (1400×2400: a Dashboard fits); the browser closes after the test."""
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for a module's tests (each gets a fresh context and page: no shared state)."""
     from playwright.sync_api import sync_playwright
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
+        chromium = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
         try:
-            yield browser.new_page(viewport={"width": 1400, "height": 2400})
+            yield chromium
         finally:
-            browser.close()
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page (1400×2400: a Dashboard fits) in a context of its own, closed after the test."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 2400})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def start_run_all(page, url: str, notebook: str) -> None:

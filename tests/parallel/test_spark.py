@@ -48,20 +48,26 @@ def _train_case(strategy, out, case_path):
     from workbench.train import Trainer
 
     net = case.model()
-    Trainer(net, torch.nn.functional.mse_loss, case.splits(), case.CONFIG, strategy=strategy).fit()
+    Trainer(
+        net, torch.nn.functional.mse_loss, case.splits(), case.CONFIG, strategy=strategy, run="spark"
+    ).fit()
     torch.save(net.state_dict(), Path(out) / f"rank{strategy.rank}.pt")
     return f"rank {strategy.rank} of {strategy.world_size}"
 
 
 @pytest.mark.parametrize("local_mode", [True, False], ids=["on the driver", "as Spark tasks"])
-def test_two_ranks_through_torch_distributor_match_one_process_and_return_rank_0s_value(
-    spark, tmp_path, local_mode, torchrun_case
+def test_two_ranks_through_torch_distributor_match_one_process_and_write_the_run_where_the_driver_reads_it(
+    spark, tmp_path, local_mode, torchrun_case, monkeypatch
 ):
+    from workbench.train import read_metrics
+
+    monkeypatch.chdir(tmp_path)  # the driver's working directory: a named run goes to ./runs there
     value = run_on_spark(
         _train_case, 2, args=(str(tmp_path), str(HERE / "torchrun_case.py")), local_mode=local_mode
     )
     assert value == "rank 0 of 2"  # whichever rank's output Spark hands back
     torchrun_case.assert_ranks_match_reference(tmp_path, world_size=2)
+    assert read_metrics(tmp_path / "runs" / "spark", kind="fit_end")[0]["status"] == "finished"
 
 
 def _train_named_run(strategy):
@@ -70,14 +76,6 @@ def _train_named_run(strategy):
 
     e = build_experiment("digits-mlp", epochs=1)
     return Trainer(e.model, e.loss_fn, e.splits, e.config, strategy=strategy, run="spark").fit().status
-
-
-def test_a_named_run_is_written_in_the_drivers_working_directory(spark, tmp_path, monkeypatch):
-    from workbench.train import read_metrics
-
-    monkeypatch.chdir(tmp_path)
-    assert run_on_spark(_train_named_run, 2, local_mode=False) == "finished"
-    assert read_metrics(tmp_path / "runs" / "spark", kind="fit_end")[0]["status"] == "finished"
 
 
 def test_what_would_hang_or_fail_late_is_refused_with_the_fix(spark, monkeypatch):
