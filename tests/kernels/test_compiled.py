@@ -55,6 +55,13 @@ def test_the_register_matmul_is_mostly_multiply_adds(reports):
             assert report["threads"] == 256 and report["registers"] <= 255
 
 
+def test_the_reductions_end_in_five_warp_shuffles(reports):
+    """The sums' last 32 values go to lane 0 through registers: 5 SHFL, not 5 more shared-memory rounds."""
+    for report in reports:
+        if report["name"] in ("sum", "squared norm"):
+            assert report["opcodes"].get("SHFL") == 5, report["opcodes"]
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_checks_fail_on_kernels_that_break_them(arch):
     environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}

@@ -1,4 +1,6 @@
-"""sum and squared_norm against float64 sums, for lengths around block and grid boundaries."""
+"""sum and squared_norm against float64 sums, for lengths around block and grid boundaries, with blocks
+under a warp (shared memory only) and of whole warps (the last steps in warp shuffles, emulated on the
+simulator)."""
 
 import numpy as np
 import pytest
@@ -16,7 +18,17 @@ def _assert_sum_close(got, x, want, rtol=1e-5):
 
 
 @pytest.mark.parametrize("n", [1, 1000, 1025])
-@pytest.mark.parametrize("launch", [{}, {"threads": 4, "blocks": 3}, {"threads": 1, "blocks": 1}])
+@pytest.mark.parametrize(
+    "launch",
+    [
+        {},
+        {"threads": 4, "blocks": 3},
+        {"threads": 1, "blocks": 1},
+        {"threads": 32, "blocks": 2},
+        {"threads": 256},
+    ],
+    ids=["default", "4x3", "1x1", "one warp (shuffles only)", "256 (the GPU's: tree, then shuffles)"],
+)
 def test_sum_and_squared_norm_match_the_spec(rng, n, launch):
     x = rng.standard_normal(n).astype(np.float32)
     _assert_sum_close(numba_sum(x, **launch), x, sum_spec(x))

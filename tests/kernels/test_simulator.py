@@ -1,4 +1,5 @@
-"""The simulator's shared arrays under a slowed-down look-up: numba's own method races, the guarded one holds.
+"""The simulator's shared arrays under a slowed-down look-up: numba's own method races, the guarded one holds;
+and its emulated warp shuffle.
 
 A look-up that yields to the block's other threads for 1 ms before the caller can store what it found
 missing turns a rare race into a near-certain one, so both directions show in a few launches.
@@ -101,3 +102,22 @@ def test_tiled_matmuls_hold_under_the_slowdown(shared_class, method):
 def test_block_reductions_hold_under_the_slowdown(shared_class):
     x = np.arange(1, 200, dtype=np.float32)
     assert float(total_sum(x)) == pytest.approx(float(x.sum()), rel=1e-6)
+
+
+def test_the_emulated_warp_shuffle_reads_the_lane_delta_above_within_its_warp(on_gpu):
+    """64 threads (two warps): lane l gets lane l + delta's value, or its own past its warp, as on a GPU."""
+    if on_gpu:
+        pytest.skip("the simulator's warp shuffle: numba runs on a GPU here")
+    bind_cuda(globals())
+    from numba import uint32
+
+    @cuda.jit  # noqa: F821 (bound by bind_cuda)
+    def shuffled(out, delta):
+        tid = cuda.threadIdx.x  # noqa: F821
+        out[tid] = cuda.shfl_down_sync(uint32(0xFFFFFFFF), tid * 10, delta)  # noqa: F821
+
+    for delta in (1, 16):
+        out = np.zeros(64, np.int64)
+        shuffled[1, 64](out, delta)
+        expected = [10 * (t + delta) if (t % 32) + delta < 32 else 10 * t for t in range(64)]
+        assert out.tolist() == expected

@@ -29,7 +29,7 @@ import torch
 
 from workbench._validate import check_int
 from workbench.devices.cuda import SIMULATOR_VARIABLE, configure_numba
-from workbench.kernels._simulator import guard_shared_arrays
+from workbench.kernels._simulator import emulate_warp_shuffles, guard_shared_arrays
 
 FLOAT32 = ("float32",)
 INDEX_DTYPES = ("int32", "int64")
@@ -45,7 +45,8 @@ def load_cuda() -> Any:
     """Configure numba's backend (if numba.cuda is not imported yet), import numba.cuda and return it.
 
     On the simulator this also applies :func:`~workbench.kernels._simulator.guard_shared_arrays` (a fix for
-    shared arrays that numba's simulator can allocate twice in one block).
+    shared arrays that numba's simulator can allocate twice in one block) and
+    :func:`~workbench.kernels._simulator.emulate_warp_shuffles` (the warp shuffle it lacks).
     """
     if "numba.cuda" not in sys.modules:
         configure_numba()
@@ -53,6 +54,7 @@ def load_cuda() -> Any:
 
     if cuda.config.ENABLE_CUDASIM:
         guard_shared_arrays()
+        emulate_warp_shuffles()
     return cuda
 
 

@@ -1,4 +1,5 @@
-"""A fix for numba-cuda's CPU simulator: shared arrays that two threads of a block may allocate twice.
+"""Two additions to numba-cuda's CPU simulator: a fix for shared arrays that two threads of a block may
+allocate twice, and the warp shuffle it lacks.
 
 The simulator runs every CUDA thread of a block as a Python thread. ``cuda.shared.array`` looks the block's
 array up by the calling line and creates it when missing, without a lock (numba-cuda 0.30): when the
@@ -8,6 +9,12 @@ wrong numbers now and then (seen once in CI; made certain by slowing that step d
 ``tests/kernels/test_simulator.py``). :func:`guard_shared_arrays` replaces the method with one that looks up
 and stores under a lock. It changes only the simulator's class, once per process, and is applied by
 :func:`workbench.kernels._numba.load_cuda` when kernels run on the simulator.
+
+The simulator has no ``cuda.shfl_down_sync``, which the reductions use for their last five steps on a GPU.
+:func:`emulate_warp_shuffles` adds it, so the simulator tests run the kernels' own code: each calling thread
+posts its value and reads the value of the lane `delta` above it in its warp (its own when that lane is past
+the warp or the block, as the hardware does). It exchanges through barriers, so every live thread of the
+block must call it at the same point, as the reductions here do.
 """
 
 from __future__ import annotations
@@ -54,4 +61,35 @@ def guard_shared_arrays() -> bool:
     array.__wrapped__ = unguarded  # numba's own method, for tests that show the race
     setattr(array, GUARD_MARK, True)
     shared.array = array
+    return True
+
+
+SHUFFLE_MARK = "_workbench_shfl_down_sync"
+
+
+def emulate_warp_shuffles() -> bool:
+    """Give the simulator's ``cuda`` module ``shfl_down_sync`` (see the module docstring).
+
+    Returns True when this call added it, False when it was there already.
+    """
+    from numba.cuda.simulator import kernelapi
+
+    module = kernelapi.FakeCUDAModule
+    if getattr(module, SHUFFLE_MARK, False):
+        return False
+
+    def shfl_down_sync(self: Any, mask: int, value: Any, delta: int) -> Any:
+        thread = threading.current_thread()
+        exchange = self.__dict__.setdefault("_workbench_shuffles", {})  # one block runs at a time
+        exchange[thread.thread_id] = value
+        thread.syncthreads()
+        source = thread.thread_id + delta
+        same_warp = source // 32 == thread.thread_id // 32 and source in exchange
+        result = exchange[source] if same_warp else value
+        thread.syncthreads()  # every lane has read before any posts its next value
+        exchange.pop(thread.thread_id, None)
+        return result
+
+    module.shfl_down_sync = shfl_down_sync
+    setattr(module, SHUFFLE_MARK, True)
     return True

@@ -4,8 +4,10 @@
     norm2 = squared_norm(x)        # Σ x², the square of the L2 norm
 
 One pass over `x` (any shape, read as flat): every thread accumulates in float32 over a grid-stride loop, the
-block halves its partial sums in shared memory (log2(threads) steps), and thread 0 adds the block's sum to
-the result with one atomic add. The result is read back to the host as a Python float (so each call waits
+block halves its partial sums in shared memory down to one warp's 32, the first warp adds those with five
+register-to-register shuffles (``shfl_down_sync``: no shared memory, no block barrier), and thread 0 adds
+the block's sum to the result with one atomic add. Blocks under 32 threads (the simulator's default 8) halve
+in shared memory to the end. The result is read back to the host as a Python float (so each call waits
 for the GPU); `accumulate_into` leaves it on the device for callers that chain kernels (gradient clipping).
 Atomics make the order of the block sums, and so the last bits of the result, vary between runs.
 """
@@ -30,6 +32,9 @@ from workbench.kernels._numba import (
 from workbench.kernels.targets import F32_1D, KernelTarget
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
+
+WARP = 32
+ALL_LANES = 0xFFFFFFFF
 
 
 def sum_spec(x: Any) -> float:
@@ -103,7 +108,10 @@ def accumulate_into(
 @cache
 def _reduce_kernel(threads: int, square: bool) -> Any:
     bind_cuda(globals())
-    from numba import float32
+    from numba import float32, uint32
+
+    shuffles = threads >= WARP  # a whole warp to shuffle in (always on a GPU: 256 threads)
+    last_shared_step = WARP if shuffles else 1
 
     @cuda.jit
     def reduce(x, out):
@@ -116,12 +124,23 @@ def _reduce_kernel(threads: int, square: bool) -> Any:
         partial[tid] = acc
         cuda.syncthreads()
         step = threads // 2
-        while step > 0:  # tree: partial[t] += partial[t + step] for the first half, then halve
+        while (
+            step >= last_shared_step
+        ):  # tree: partial[t] += partial[t + step] for the first half, then halve
             if tid < step:
                 partial[tid] += partial[tid + step]
             cuda.syncthreads()
             step //= 2
-        if tid == 0:
+        if shuffles:
+            if tid < WARP:  # the first warp: its 32 sums to lane 0 through registers
+                total = partial[tid]
+                offset = WARP // 2
+                while offset > 0:
+                    total += cuda.shfl_down_sync(uint32(ALL_LANES), total, offset)
+                    offset //= 2
+                if tid == 0:
+                    cuda.atomic.add(out, 0, total)
+        elif tid == 0:
             cuda.atomic.add(out, 0, partial[0])
 
     return reduce
