@@ -21,7 +21,7 @@ def _problem(device, rows, classes, target_dtype=torch.int64, scale=3.0):
 
 
 @pytest.mark.parametrize(("rows", "classes"), [(5, 7), (1, 1), (3, 37)])
-@pytest.mark.parametrize("threads", [None, 1, 8])
+@pytest.mark.parametrize("threads", [None, 1, 8, 64])  # 64: the last steps in warp shuffles
 def test_forward_and_backward_match_torch(assert_close, device, rows, classes, threads):
     logits, targets = _problem(device, rows, classes)
     loss, lse = softmax_cross_entropy(logits, targets, threads=threads)
@@ -117,7 +117,7 @@ def test_bad_arguments_are_named(call, error, message):
         call()
 
 
-@pytest.mark.parametrize("threads", [1, 8])
+@pytest.mark.parametrize("threads", [1, 8, 32])
 def test_masked_logits_count_as_zero_probability(assert_close, device, threads):
     """-inf logits (masked classes), first in the row or later, as torch treats them: exp(-inf) = 0."""
     logits, targets = _problem(device, 3, 6)
@@ -130,8 +130,9 @@ def test_masked_logits_count_as_zero_probability(assert_close, device, threads):
     assert_close(lse, torch.logsumexp(logits.double(), dim=1))
 
 
-def test_a_nan_logit_makes_the_loss_nan(device):
+@pytest.mark.parametrize("threads", [1, 8, 32])  # 8 and 32: the NaN is one thread's, combined in the tree
+def test_a_nan_logit_makes_the_loss_nan(device, threads):
     logits, targets = _problem(device, 2, 5)
     logits[1, 3] = torch.nan
-    loss, _ = softmax_cross_entropy(logits, targets, threads=1)
+    loss, _ = softmax_cross_entropy(logits, targets, threads=threads)
     assert torch.isnan(loss)

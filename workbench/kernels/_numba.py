@@ -39,6 +39,7 @@ INDEX_DTYPES = ("int32", "int64")
 GPU_THREADS, SIMULATOR_THREADS = 256, 8
 GPU_BLOCKS_PER_SM, SIMULATOR_BLOCKS = 32, 2
 SIMULATOR_SWITCH_INTERVAL = 1e-4  # seconds; see `launch`
+WARP, ALL_LANES = 32, 0xFFFFFFFF  # threads per warp; the mask of a whole warp's lanes (warp shuffles)
 
 
 def load_cuda() -> Any:

@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from workbench.kernels._numba import (
+    ALL_LANES,
     GPU_THREADS,
+    WARP,
     Buffer,
     as_buffer,
     bind_cuda,
@@ -32,9 +34,6 @@ from workbench.kernels._numba import (
 from workbench.kernels.targets import F32_1D, KernelTarget
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
-
-WARP = 32
-ALL_LANES = 0xFFFFFFFF
 
 
 def sum_spec(x: Any) -> float:

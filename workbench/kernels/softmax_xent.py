@@ -4,7 +4,8 @@
     dlogits = softmax_cross_entropy_backward(logits, targets, lse, grad_out=1.0)
 
 Forward: one block per row, one pass over it (online softmax): each thread keeps a running max m and
-Σ exp(x - m), rescaling the sum when m grows; a tree in shared memory combines the threads' pairs, so
+Σ exp(x - m), rescaling the sum when m grows; a tree in shared memory combines the threads' pairs (its
+last five steps in warp shuffles when the block has whole warps), so
 ``lse = max + log Σ exp(x - max)`` never overflows and each logit is read once. Thread 0 adds the row's loss
 ``lse - x[target]``, divided by N, to the mean with one atomic add. Backward: threads along a row's classes,
 the rest of the block over rows (no division to find an element's row), ``(exp(x - lse) - [j == target]) ·
@@ -25,8 +26,10 @@ import numpy as np
 import torch
 
 from workbench.kernels._numba import (
+    ALL_LANES,
     GPU_THREADS,
     INDEX_DTYPES,
+    WARP,
     Buffer,
     as_buffer,
     bind_cuda,
@@ -103,7 +106,8 @@ def softmax_cross_entropy(logits: Any, targets: Any, *, threads: int | None = No
     threads = _row_threads(c, threads)
     loss, lse = zeros((1,), like=x), empty((n,), like=x)
     # grid N (one block per row), block `threads`; shared 2·`threads` floats; each thread: ceil(C/threads)
-    # global reads and exps, log2(threads) shared-memory steps; thread 0: 1 read of x[target], 1 write of
+    # global reads and exps, log2(threads) halving steps (the last 5 in warp shuffles from 32 threads up);
+    # thread 0: 1 read of x[target], 1 write of
     # lse, 1 atomic add to the mean
     inv_n = np.float32(1 / n)
     launch(
@@ -222,7 +226,23 @@ def _row_threads(classes: int, threads: int | None) -> int:
 @cache
 def _forward_kernel(threads: int) -> Any:
     bind_cuda(globals())
-    from numba import float32
+    from numba import float32, uint32
+
+    shuffles = threads >= WARP  # whole warps: the last 32 pairs combine in registers
+    last_shared_step = WARP if shuffles else 1
+
+    @cuda.jit(device=True, inline="always")  # inlined: no separate device function to compile
+    def combine(m1, s1, m2, s2):
+        # (m1, s1) ⊕ (m2, s2) = (max, s1·e^(m1-max) + s2·e^(m2-max))
+        top = max(m1, m2)
+        if s1 != s1 or s2 != s2:  # a NaN logit in either: the row's sum is NaN
+            return top, s1 + s2
+        total = float32(0)
+        if s1 > 0:  # an empty thread (s = 0, m = -inf) adds nothing; -inf - -inf would be NaN
+            total += s1 * math.exp(m1 - top)
+        if s2 > 0:
+            total += s2 * math.exp(m2 - top)
+        return top, total
 
     @cuda.jit
     def forward(logits, targets, lse, loss, inv_n):
@@ -246,24 +266,22 @@ def _forward_kernel(threads: int) -> Any:
         maxima[tid] = m
         sums[tid] = s
         cuda.syncthreads()
-        # a tree over the block: (m1, s1) ⊕ (m2, s2) = (max, s1·e^(m1-max) + s2·e^(m2-max))
         step = threads // 2
-        while step > 0:
+        while step >= last_shared_step:  # a tree over the block, in shared memory
             if tid < step:
-                m1, m2 = maxima[tid], maxima[tid + step]
-                s1, s2 = sums[tid], sums[tid + step]
-                top = max(m1, m2)
-                total = float32(0)
-                if s1 > 0:  # an empty thread (m = -inf) adds nothing; -inf - -inf would be NaN
-                    total += s1 * math.exp(m1 - top)
-                if s2 > 0:
-                    total += s2 * math.exp(m2 - top)
-                maxima[tid] = top
-                sums[tid] = total
+                maxima[tid], sums[tid] = combine(maxima[tid], sums[tid], maxima[tid + step], sums[tid + step])
             cuda.syncthreads()
             step //= 2
+        m, s = maxima[tid], sums[tid]
+        if shuffles and tid < WARP:  # the first warp: its 32 pairs to lane 0 through registers
+            step = WARP // 2
+            while step > 0:
+                other_m = cuda.shfl_down_sync(uint32(ALL_LANES), m, step)
+                other_s = cuda.shfl_down_sync(uint32(ALL_LANES), s, step)
+                m, s = combine(m, s, other_m, other_s)
+                step //= 2
         if tid == 0:
-            row_lse = maxima[0] + math.log(sums[0])
+            row_lse = m + math.log(s)
             lse[row] = row_lse
             cuda.atomic.add(loss, 0, (row_lse - logits[row, targets[row]]) * inv_n)
 
