@@ -206,24 +206,37 @@ CLI = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "words"), CLI, ids=[f"cli-{i}" for i in range(len(CLI))])
-def test_bad_command_lines_exit_2_with_one_clear_line_and_no_traceback(argv, words, tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "workbench",
-            *argv,
-            *(["--runs-dir", str(tmp_path)] if argv[0] == "train" and "--runs-dir" not in argv else []),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+def _run_cli(argv, folder):
+    """``python -m workbench ARGV`` in `folder`, a fresh process, as a user types it."""
+    extra = ["--runs-dir", str(folder)] if argv[0] == "train" and "--runs-dir" not in argv else []
+    command = [sys.executable, "-m", "workbench", *argv, *extra]
+    return subprocess.run(command, capture_output=True, text=True, cwd=folder)
+
+
+@pytest.fixture(scope="module")
+def cli_runs(request, tmp_path_factory):
+    """The selected command lines, each in a real process of its own in a folder of its own, started two
+    at a time (each spends ~2 s importing torch; one core apiece): {case index: (folder, completed)}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    selected = [
+        item.callspec.params["case"]
+        for item in request.session.items
+        if item.module is request.module and "case" in getattr(getattr(item, "callspec", None), "params", {})
+    ]
+    folders = {index: tmp_path_factory.mktemp(f"cli-{index}") for index in selected}
+    with ThreadPoolExecutor(2) as pool:
+        done = pool.map(lambda index: _run_cli(CLI[index][0], folders[index]), selected)
+        return {index: (folders[index], completed) for index, completed in zip(selected, done, strict=True)}
+
+
+@pytest.mark.parametrize("case", range(len(CLI)), ids=[f"cli-{i}" for i in range(len(CLI))])
+def test_bad_command_lines_exit_2_with_one_clear_line_and_no_traceback(case, cli_runs):
+    folder, done = cli_runs[case]
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
-    assert __import__("re").search(words, done.stderr), done.stderr
-    assert not (tmp_path / "PWNED").exists()
+    assert __import__("re").search(CLI[case][1], done.stderr), done.stderr
+    assert not (folder / "PWNED").exists()
 
 
 def test_there_are_at_least_sixty_cases():

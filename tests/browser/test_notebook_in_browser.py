@@ -1,7 +1,8 @@
 """Run notebooks in JupyterLab in headless Chromium (Playwright) and check what a user would see.
 
 JupyterLab serves a temporary copy of ``notebooks/`` (so autosave never touches the repository). The test
-presses Run ▸ Run All Cells in every notebook, waits for the last cell, then checks the page: no errors,
+presses Run ▸ Run All Cells in every notebook (three at a time, each in its own tab: `NotebookRuns`), waits for
+the last cell, then checks the page: no errors,
 every plotly plot holds data, plotly's widget bundle arrived at most once, and where a notebook has a
 Dashboard, its loss plot holds as many points as the notebook says and the progress bar reached 100%.
 Screenshots go to ``artifacts/browser/``.
@@ -17,16 +18,34 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.jupyterlab import ARTIFACTS, EMPTY_PLOTS_JS, REPO, errors_in_page, run_all_cells
+from tests.browser.jupyterlab import ARTIFACTS, EMPTY_PLOTS_JS, REPO, NotebookRuns, errors_in_page
 
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
 
 
+@pytest.fixture(scope="module")
+def notebook_runs(browser, lab, request):
+    """The selected notebooks (``-k`` may pick some), run three at a time in order."""
+    selected = [
+        item.callspec.params["notebook"]
+        for item in request.session.items
+        if item.module is request.module and hasattr(item, "callspec")
+    ]
+    runs = NotebookRuns(browser, lab, selected, window=3)
+    yield runs
+    runs.close_all()
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
-def test_every_notebook_runs_in_the_browser_without_errors_and_with_filled_plots(lab, page, notebook):
-    received: list[int] = []  # the size of every websocket message the page receives
-    page.on("websocket", lambda socket: socket.on("framereceived", lambda data: received.append(len(data))))
-    run_all_cells(page, lab, notebook, timeout_s=600)
+def test_every_notebook_runs_in_the_browser_without_errors_and_with_filled_plots(notebook_runs, notebook):
+    try:
+        page, received = notebook_runs.finished(notebook, timeout_s=600)
+        _check_page(page, received, notebook)
+    finally:
+        notebook_runs.close(notebook)
+
+
+def _check_page(page, received: list[int], notebook: str) -> None:
     time.sleep(1.0)  # the last throttled widget messages
     page.screenshot(path=str(ARTIFACTS / f"{Path(notebook).stem}.png"), full_page=True)
     assert errors_in_page(page) == []

@@ -193,13 +193,19 @@ def test_a_full_disk_is_said_and_the_previous_checkpoint_kept(tmp_path, monkeypa
 
 
 SAVER = """
-import sys, torch
+import os, sys, torch
 from workbench.train.checkpoint import save_checkpoint
+torch.set_num_threads(1)  # no OpenMP pool before the forks below
 state = {"step": 0, "w": torch.randn(1_000_000)}  # 4 MB: a save takes a few ms
-print("ready", flush=True)
-while True:
-    state["step"] += 1
-    save_checkpoint(state, sys.argv[1])
+for _ in sys.stdin:  # per line, a process that saves for ever (forked: torch is imported once)
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            state["step"] += 1
+            save_checkpoint(state, sys.argv[1])
+    print(pid, flush=True)
+    os.waitpid(pid, 0)  # until the test kills it
+    print("reaped", flush=True)
 """
 
 
@@ -208,14 +214,22 @@ def test_killing_saves_twenty_times_leaves_a_loadable_checkpoint_and_no_stale_te
 
     path = tmp_path / "checkpoint.pt"
     rng = random.Random(0)
-    for _ in range(20):
-        saver = subprocess.Popen([sys.executable, "-c", SAVER, str(path)], stdout=subprocess.PIPE, text=True)
-        assert saver.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.05, 0.4))  # mid-save, most of the time
-        saver.kill()
-        saver.wait()
-        if path.exists():
-            assert load_checkpoint(path)["step"] >= 1  # every checkpoint on disk loads
+    forks = subprocess.Popen(
+        [sys.executable, "-c", SAVER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        for _ in range(20):
+            forks.stdin.write("save\n")
+            forks.stdin.flush()
+            saver = int(forks.stdout.readline())
+            time.sleep(rng.uniform(0.05, 0.4))  # mid-save, most of the time
+            os.kill(saver, signal.SIGKILL)
+            assert forks.stdout.readline().strip() == "reaped"
+            if path.exists():
+                assert load_checkpoint(path)["step"] >= 1  # every checkpoint on disk loads
+    finally:
+        forks.kill()
+        forks.wait()
     left = [p.name for p in tmp_path.iterdir() if p.name != "checkpoint.pt"]
     save_checkpoint({"step": 0}, path)  # the next save cleans up after the killed ones
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"], left
