@@ -2,11 +2,12 @@
 
 JupyterLab serves a temporary copy of ``notebooks/`` (so autosave never touches the repository). The test
 presses Run ▸ Run All Cells in every notebook (three at a time, each in its own tab: `NotebookRuns`),
-waits for the last cell, then checks the page: no errors, every plotly plot holds data, plotly's widget bundle arrived at most once, and where a notebook has a
-Dashboard, its loss plot holds as many points as the notebook says and the progress bar reached 100%.
+waits for the last cell, then checks the page: no errors, every plotly plot holds data, plotly's widget
+bundle arrived at most once, and where a notebook has a Dashboard, its loss plot holds as many points as
+the notebook says and the progress bar reached 100%.
 Screenshots go to ``artifacts/browser/``.
 
-The lab, the page and Run All live in ``conftest.py``.
+The lab, the browser and Run All live in ``jupyterlab.py``.
 """
 
 from __future__ import annotations
