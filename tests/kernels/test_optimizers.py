@@ -100,6 +100,26 @@ def test_a_torch_optimizer_state_dict_continues_in_the_fused_one(assert_close, d
         assert_close(p, q)
 
 
+def test_momentum_buffers_saved_as_none_start_afresh_as_torch_starts_them(assert_close, device):
+    # torch ≤ 2.0 saved {"momentum_buffer": None} for every parameter of a momentum-free SGD; a run resumed
+    # from such a checkpoint with momentum turned on starts the buffers from the next gradients
+    state = {"state": {0: {"momentum_buffer": None}, 1: {"momentum_buffer": None},
+                       2: {"momentum_buffer": None}, 3: {"momentum_buffer": None}},
+             "param_groups": [{"lr": 0.1, "momentum": 0, "dampening": 0, "weight_decay": 0, "nesterov": False,
+                               "maximize": False, "foreach": None, "differentiable": False, "fused": None,
+                               "params": [0, 1, 2, 3]}]}  # fmt: skip
+    model, twin = _model(device), _model(device)
+    fused, reference = FusedSGD(model.parameters(), lr=0.1), torch.optim.SGD(twin.parameters(), lr=0.1)
+    for optimizer in (fused, reference):
+        optimizer.load_state_dict(copy.deepcopy(state))
+        optimizer.param_groups[0]["momentum"] = 0.9
+    _train(model, fused, device, steps=3)
+    _train(twin, reference, device, steps=3)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert_close(p, q)
+    assert all(fused.state[p]["momentum_buffer"] is not None for p in model.parameters())
+
+
 @pytest.mark.parametrize(
     ("ours", "theirs", "option"),
     [(FusedAdam, torch.optim.Adam, "amsgrad"), (FusedSGD, torch.optim.SGD, "dampening")],

@@ -142,7 +142,7 @@ class FusedSGD(_FlatOptimizer):
 
     @torch.no_grad()
     def _pack_loaded(self, flat: FlatParams) -> dict[str, torch.Tensor] | None:
-        if all("momentum_buffer" in self.state[p] for p in flat.params):
+        if all(self.state[p].get("momentum_buffer") is not None for p in flat.params):
             return self._pack(flat, ("momentum_buffer",))
         return None
 
