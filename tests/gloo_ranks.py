@@ -17,8 +17,16 @@ import torch.multiprocessing as mp
 def run_on_gloo_ranks(fn: Callable[[int, int], Any], world_size: int, port: int) -> list[Any]:
     """``[fn(0, world_size), fn(1, world_size), …]``, each computed in its own spawned gloo rank."""
     results = mp.get_context("spawn").SimpleQueue()
-    mp.start_processes(_rank, args=(fn, world_size, port, results), nprocs=world_size, start_method="spawn")
-    by_rank = dict(results.get() for _ in range(world_size))
+    ranks = mp.start_processes(
+        _rank, args=(fn, world_size, port, results), nprocs=world_size, start_method="spawn", join=False
+    )
+    by_rank: dict[int, Any] = {}
+    ended = False
+    while not ended:  # read while the ranks run: a result larger than the pipe's buffer blocks its rank
+        ended = ranks.join(timeout=0.1)  # raises, naming the rank, if one failed
+        while not results.empty():
+            rank, value = results.get()
+            by_rank[rank] = value
     return [by_rank[rank] for rank in range(world_size)]
 
 

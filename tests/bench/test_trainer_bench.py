@@ -12,6 +12,7 @@ def test_small_benchmark_measures_every_row():
     timings = (result.hand_written_s, result.trainer_s, result.hand_loader_s, result.trainer_loader_s)
     assert min(*timings, result.dashboard_s, result.background_s, result.logged_s) > 0
     assert result.loader_ratio == result.trainer_loader_s / result.hand_loader_s
+    assert result.untimed_s > 0 and result.breakdown_ratio == result.trainer_s / result.untimed_s
     assert (
         result.logs_thread_s > result.logs_events_s > 0 and result.logs_cpu_s >= 0
     )  # metrics.jsonl's writer
@@ -25,6 +26,7 @@ def test_small_benchmark_measures_every_row():
     rows = (
         "hand-written loop",
         "Trainer over a torch Dataset",
+        "Trainer, time breakdown on (default) / off",
         "Trainer + logs",
         "the logs' own work in step and evaluation events",
         "once per fit",

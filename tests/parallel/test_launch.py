@@ -112,7 +112,11 @@ def test_events_stream_per_rank_while_training_and_world_size_is_reported():
     ranks = {m["rank"] for _, m in recorder.steps}
     assert ranks == {0, 1}
     for _, metrics in recorder.steps:
-        assert {"loss", "rank_loss", "samples_per_s", "lr"} <= metrics.keys()
+        assert {"loss", "rank_loss", "samples_per_s", "lr", "step_time"} <= metrics.keys()
+    # where each rank's time went: DDP's all-reduce, exposed (comm) or hidden behind backward (overlapped)
+    for rank in (0, 1):
+        times = [m["step_time"] for _, m in recorder.steps if m["rank"] == rank]
+        assert all(t["comm"] + t["comm_overlapped"] > 0 for t in times), times
     # rank 0's and rank 1's logged steps agree on the all-ranks mean loss
     by_step = {}
     for _, m in recorder.steps:

@@ -25,6 +25,7 @@ from workbench.parallel.tensor_parallel import TensorParallel
 from workbench.parallel.timeline import StepTimeline
 from workbench.train import OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Callback
+from workbench.train.step_time import PHASES
 
 RANKS = 2
 TOLERANCE = 1e-4
@@ -37,8 +38,11 @@ class Recorder(Callback):
     losses: list[float] = field(default_factory=list)
     memory: dict[int, dict] = field(default_factory=dict)
     timelines: dict[int, list[dict]] = field(default_factory=dict)  # step → one payload per stage
+    step_times: dict[int, list[dict]] = field(default_factory=dict)  # rank → its logged steps' step_time
 
     def on_step(self, metrics):
+        if "step_time" in metrics:
+            self.step_times.setdefault(metrics["rank"], []).append(metrics["step_time"])
         if metrics["rank"] == 0:
             self.losses.append(metrics["loss"])
         if "memory" in metrics:
@@ -154,6 +158,24 @@ def test_fsdp_keeps_at_most_0_6_of_the_parameter_and_optimizer_memory_per_rank()
         share = (memory["params"] + memory["optimizer_state"]) / whole
         assert share <= 0.6, f"rank {rank} holds {share:.2f} of the single-process figure"
         assert memory["grads"] <= 0.6 * reference.memory[0]["grads"]
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_every_rank_reports_where_its_logged_steps_time_went(strategy):
+    recorder, _, _ = parallel("transformer", strategy)
+    assert sorted(recorder.step_times) == [0, 1]
+    for times in recorder.step_times.values():
+        assert len(times) == len(recorder.losses)  # every logged step (log_every=1)
+        for parts in times:
+            assert sum(parts[phase] for phase in PHASES) == pytest.approx(parts["total"])
+            assert min(parts[phase] for phase in PHASES) >= 0 and parts["forward"] > 0
+        if strategy in ("gpipe", "1f1b"):  # a stage's sends, receives and waits for its neighbour
+            split = [parts for parts in times if "note" not in parts]
+            assert len(split) == len(times) - 1  # the first step, with shape inference, says it is not split
+            assert "shape inference" in times[0]["note"]
+            assert all(parts["comm"] > 0 and parts["backward"] > 0 for parts in split)
+        else:  # collectives inside forward and backward: said, not split
+            assert all("forward and backward" in parts["note"] for parts in times)
 
 
 def test_pipeline_stages_hold_their_own_layers_and_1f1b_keeps_fewer_activations_than_gpipe():

@@ -437,8 +437,8 @@ def test_stop_after_an_unchecked_nan_raises_instead_of_saving(tmp_path, digits_s
     )
     original = trainer._run_step
 
-    def run_step_then_stop_at_33(group, check):
-        result = original(group, check)
+    def run_step_then_stop_at_33(group, check, clock):
+        result = original(group, check, clock)
         if trainer.step + 1 == 33:
             control.stop()
         return result

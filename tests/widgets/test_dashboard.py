@@ -383,6 +383,8 @@ def test_every_figure_in_a_trained_dashboard_holds_data(regression_trainer):
     dashboard.fit()
     figures = _figures(dashboard.widget)
     assert figures and all(_holds_data(figure) for figure in figures)
+    assert dashboard.step_time_plot.widget in dashboard.widget.children  # where the time went, by default
+    assert dashboard.step_time_plot.bars() == ["one process"]
 
 
 class _Stream(torch.utils.data.IterableDataset):

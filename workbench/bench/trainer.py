@@ -6,7 +6,8 @@
 Measured in one process, alternating the variants and taking the median of `repeats`:
 
 - ``hand-written``: the plain PyTorch loop (zero_grad, forward, loss, backward, step, ``loss.item()``);
-- ``Trainer``: `workbench.train.Trainer` with no callbacks;
+- ``Trainer``: `workbench.train.Trainer` with no callbacks, and the same with ``time_breakdown=False``
+  (what timing the logged steps' phases costs);
 - the same two over a torch ``TensorDataset`` of the same tensors, batched by a ``DataLoader`` (the path
   for your own data), against each other: what the Trainer adds to a loader-bound loop;
 - ``Trainer + logs``: the Trainer writing ``metrics.jsonl`` (a run name; no checkpoint: they are a cost of
@@ -53,6 +54,7 @@ class TrainerBenchmark:
     steps: int
     hand_written_s: float
     trainer_s: float
+    untimed_s: float  # the Trainer with time_breakdown=False
     hand_loader_s: float
     trainer_loader_s: float
     dashboard_s: float
@@ -83,6 +85,11 @@ class TrainerBenchmark:
     def trainer_ratio(self) -> float:
         """Trainer time / hand-written time (1.03 = 3% slower)."""
         return self.trainer_s / self.hand_written_s
+
+    @property
+    def breakdown_ratio(self) -> float:
+        """Trainer timing its logged steps' phases (the default) / Trainer with time_breakdown=False."""
+        return self.trainer_s / self.untimed_s
 
     @property
     def loader_ratio(self) -> float:
@@ -124,6 +131,12 @@ class TrainerBenchmark:
                 f"{self.trainer_s:.3f} s",
                 self._ratio(self.trainer_ratio, "trainer", "hand"),
                 "≤ 1.03",
+            ],
+            [
+                "Trainer, time breakdown on (default) / off",
+                f"{self.untimed_s:.3f} s off",
+                self._ratio(self.breakdown_ratio, "trainer", "untimed"),
+                "≤ 1.02",
             ],
             ["hand-written loop over a DataLoader", f"{self.hand_loader_s:.3f} s", "1.000", ""],
             [
@@ -197,6 +210,7 @@ def benchmark_trainer(
     timings: dict[str, list[float]] = {
         "hand": [],
         "trainer": [],
+        "untimed": [],
         "hand_loader": [],
         "trainer_loader": [],
         "logged": [],
@@ -206,6 +220,7 @@ def benchmark_trainer(
         "dashboard": [],
         "background": [],
     }
+    untimed = config.replace(time_breakdown=False)
     per_step: list[float] = []
     sampler_fractions: list[float] = []
     _hand_written(_model(), splits, config)  # warm-up: allocator, thread pools, first-call costs
@@ -216,6 +231,7 @@ def benchmark_trainer(
         plain = WorkClock()
         with plain.threads():
             timings["trainer"].append(_timed(lambda: _trainer(splits, config).fit()))
+        timings["untimed"].append(_timed(lambda: _trainer(splits, untimed).fit()))
         timings["hand_loader"].append(_timed(lambda: _hand_written_loader(_model(), torch_splits, config)))
         timings["trainer_loader"].append(_timed(lambda: _trainer(torch_splits, config).fit()))
         seconds, clock = _logged_seconds(splits, config, logs.name)
@@ -233,6 +249,7 @@ def benchmark_trainer(
         steps=steps,
         hand_written_s=statistics.median(timings["hand"]),
         trainer_s=statistics.median(timings["trainer"]),
+        untimed_s=statistics.median(timings["untimed"]),
         hand_loader_s=statistics.median(timings["hand_loader"]),
         trainer_loader_s=statistics.median(timings["trainer_loader"]),
         logged_s=statistics.median(timings["logged"]),

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import time
+from dataclasses import dataclass, field
 
 import torch
 
 from workbench._validate import check_int
 from workbench.parallel.distributed import DistributedStrategy
+from workbench.train.step_time import Clock
 
 
 class DataParallel(DistributedStrategy):
@@ -23,14 +26,33 @@ class DataParallel(DistributedStrategy):
 
     name = "data parallel"
 
+    def __init__(self, *, sync_control: bool = False) -> None:
+        super().__init__(sync_control=sync_control)
+        self._buckets = BucketTimes()
+
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """DDP around `model`, moved to `device`; parameters are broadcast from rank 0."""
         self.module = model = model.to(self.device)
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         # gradients live in the all-reduce buckets (no copy in and out of them each step)
-        return torch.nn.parallel.DistributedDataParallel(
+        ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=device_ids, gradient_as_bucket_view=True
         )
+        ddp.register_comm_hook(self._buckets, timed_allreduce_hook)
+        return ddp
+
+    def backward(self, loss: torch.Tensor, clock: Clock) -> None:
+        """Backward, whose time splits into compute and the all-reduce it waited for at its end (comm);
+        the all-reduce time that overlapped the compute is reported as ``comm_overlapped``."""
+        self._buckets.timing = clock.enabled
+        self._buckets.spans.clear()
+        started = time.perf_counter()
+        loss.backward()
+        clock.mark("backward")
+        if clock.enabled and self._buckets.spans:
+            exposed, overlapped = self._buckets.split(started, time.perf_counter())
+            clock.move("backward", "comm", exposed)
+            clock.overlapped(overlapped)
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
@@ -61,3 +83,56 @@ def per_rank_batch_size(global_batch_size: int, world_size: int) -> int:
             f"multiple of {world_size} (e.g. {lower or world_size} or {lower + world_size})"
         )
     return global_batch_size // world_size
+
+
+@dataclass
+class BucketTimes:
+    """When each gradient bucket of a timed backward was ready and when its all-reduce ended
+    (``time.perf_counter()``), recorded by `timed_allreduce_hook` while `timing` is on."""
+
+    timing: bool = False
+    spans: list[tuple[float, float]] = field(default_factory=list)
+
+    def split(self, started: float, ended: float) -> tuple[float, float]:
+        """(exposed, overlapped) seconds of all-reduce in a backward that ran from `started` to `ended`.
+
+        Exposed: what was still being sent after the last bucket was ready (the gradients' compute had
+        ended), up to the end of backward. Overlapped: the rest of the time some bucket was in flight.
+
+        Example (buckets ready at 1 and 3 s, their all-reduces ending at 2.5 and 4 s):
+            >>> BucketTimes(spans=[(1.0, 2.5), (3.0, 4.0)]).split(0.0, 4.2)
+            (1.0, 1.5)
+        """
+        compute_end = max(ready for ready, _ in self.spans)
+        in_flight = _union_length([(max(ready, started), min(done, ended)) for ready, done in self.spans])
+        exposed = max(0.0, min(ended, max(done for _, done in self.spans)) - compute_end)
+        return exposed, max(0.0, in_flight - exposed)
+
+
+def timed_allreduce_hook(state: BucketTimes, bucket):
+    """DDP's default all-reduce (the bucket averaged over the ranks), timed when `state.timing` is on.
+
+    Unannotated `bucket` and return on purpose: DDP rejects string annotations.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    future = default_hooks.allreduce_hook(None, bucket)
+    if not state.timing:
+        return future
+    ready = time.perf_counter()
+
+    def ended(done):
+        state.spans.append((ready, time.perf_counter()))
+        return done.value()
+
+    return future.then(ended)
+
+
+def _union_length(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by at least one of `spans` ((start, end) pairs, any order)."""
+    covered, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            covered += end - max(start, reach)
+            reach = end
+    return covered

@@ -31,6 +31,7 @@ from workbench._validate import check_choice, check_int
 from workbench.parallel.distributed import DistributedStrategy
 from workbench.train.config import TrainConfig
 from workbench.train.precision import Precision
+from workbench.train.step_time import NO_CLOCK, Clock
 from workbench.train.strategy import Batch, LossFn, Objective
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -212,9 +213,19 @@ class PipelineParallel(DistributedStrategy):
             )
 
     def forward_backward(
-        self, model: nn.Module, group: list[Batch], objective: Objective, precision: Precision, scaler: Any
+        self,
+        model: nn.Module,
+        group: list[Batch],
+        objective: Objective,
+        precision: Precision,
+        scaler: Any,
+        clock: Clock = NO_CLOCK,
     ) -> torch.Tensor | None:
-        """One schedule step per micro-batch group element; returns the loss on the last stage."""
+        """One schedule step per micro-batch group element; returns the loss on the last stage.
+
+        On a timed step the stage's forward and backward passes (from its timeline, when recorded) are
+        forward and backward; the rest of the schedule (sending, receiving, waiting for the neighbours) is
+        comm."""
         pairs = [objective.pair(batch) for batch in group]
         samples = sum(len(x) for x, _ in pairs)
         loss_fn = objective.loss_fn
@@ -232,9 +243,30 @@ class PipelineParallel(DistributedStrategy):
                 self._run(schedule, x, y, step_losses)
             losses.extend(step_losses)
         self._timeline.stop_step(keep=not first_use)
+        clock.mark("forward")
+        if clock.enabled:
+            self._split_schedule_time(clock)
         if not losses:
             return None
         return torch.stack([loss.detach() for loss in losses]).sum()
+
+    def _split_schedule_time(self, clock: Clock) -> None:
+        """Split the schedule's time (counted as forward) into this stage's passes and the rest (comm)."""
+        if not self.record_timeline:
+            clock.explain(
+                "pipeline: without record_timeline the schedule's time (passes, sends, waits) is forward"
+            )
+            return
+        if not self._timeline.spans:  # the schedule's first use: its spans were dropped (see above)
+            clock.explain(
+                "pipeline: this step also ran torch's shape inference; its schedule's time is forward"
+            )
+            return
+        busy = {
+            kind: sum(end - start for k, _, start, end in self._timeline.spans if k == kind) for kind in "FB"
+        }
+        clock.move("forward", "comm", clock.seconds["forward"] - busy["F"] - busy["B"])
+        clock.move("forward", "backward", busy["B"])
 
     def predict(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
         """Forward only, through every stage (one micro-batch); the output on the last stage."""

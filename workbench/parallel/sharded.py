@@ -14,10 +14,18 @@ import torch
 from torch import nn
 
 from workbench.parallel.distributed import DistributedStrategy
+from workbench.train.step_time import Clock
 
 
 class ShardedStrategy(DistributedStrategy):
     """A `DistributedStrategy` whose model holds DTensors on a 1-D device mesh of every rank."""
+
+    def backward(self, loss: torch.Tensor, clock: Clock) -> None:
+        super().backward(loss, clock)
+        clock.explain(
+            f"{self.name}: the collectives (all-gathers, reduce-scatters, all-reduces) run inside forward "
+            "and backward and are counted there"
+        )
 
     def mesh(self) -> Any:
         """A device mesh of every rank, on this rank's device type."""

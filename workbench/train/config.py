@@ -97,6 +97,9 @@ class TrainConfig:
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"`` or ``"cuda"``.
         loader: a `LoaderConfig` (workers, pinning, collate_fn...) for torch datasets; the in-memory
             workbench datasets ignore it.
+        time_breakdown: time each logged step's phases (data, copy, forward, backward, comm, optimizer,
+            other) and publish them as its ``step_time`` (see `workbench.train.step_time`); on a GPU each
+            phase boundary of a logged step waits for the device.
 
     Example:
         >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
@@ -119,6 +122,7 @@ class TrainConfig:
     checkpoint_every: int = 1
     device: str = "auto"
     loader: LoaderConfig = field(default_factory=LoaderConfig)
+    time_breakdown: bool = True
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -133,6 +137,8 @@ class TrainConfig:
         check_int("log_every", self.log_every, minimum=1)
         check_int("checkpoint_every", self.checkpoint_every, minimum=1)
         check_choice("device", self.device, DEVICES)
+        if not isinstance(self.time_breakdown, bool):
+            raise ValueError(f"time_breakdown must be True or False, got {self.time_breakdown!r}")
         if not isinstance(self.loader, LoaderConfig):
             raise ValueError(
                 f"loader must be a LoaderConfig (from workbench.data), got {type(self.loader).__name__}"

@@ -57,26 +57,40 @@ class Callback:
 
 
 class CallbackList(Callback):
-    """Forwards every event to each callback in `callbacks`, in order (the trainer's subscribers)."""
+    """Forwards every event to each callback in `callbacks`, in order (the trainer's subscribers).
+
+    A callback needs only the hooks it uses: any object with, say, just ``on_step`` is called for steps
+    and skipped for the other events.
+
+    Example:
+        >>> class Steps:
+        ...     def on_step(self, metrics):
+        ...         print("step", metrics["step"])
+        >>> events = CallbackList([Steps()])
+        >>> events.on_fit_start({}); events.on_step({"step": 1}); events.on_fit_end({})
+        step 1
+    """
 
     def __init__(self, callbacks: Iterable[Callback] = ()) -> None:
         self.callbacks = list(callbacks)
 
     def on_fit_start(self, info: Event) -> None:
-        for callback in self.callbacks:
-            callback.on_fit_start(info)
+        self._send("on_fit_start", info)
 
     def on_step(self, metrics: Event) -> None:
-        for callback in self.callbacks:
-            callback.on_step(metrics)
+        self._send("on_step", metrics)
 
     def on_eval(self, metrics: Event) -> None:
-        for callback in self.callbacks:
-            callback.on_eval(metrics)
+        self._send("on_eval", metrics)
 
     def on_fit_end(self, summary: Event) -> None:
+        self._send("on_fit_end", summary)
+
+    def _send(self, hook: str, event: Event) -> None:
         for callback in self.callbacks:
-            callback.on_fit_end(summary)
+            method = getattr(callback, hook, None)
+            if method is not None:
+                method(event)
 
 
 def evaluation_metrics(event: Event) -> dict[str, float]:

@@ -50,6 +50,7 @@ from workbench.train.run_dir import (
     resume_path,
 )
 from workbench.train.run_lock import RunLock
+from workbench.train.step_time import NO_CLOCK, Clock, StepClock
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy, StrategyBase
 from workbench.train.supervision import current_supervision
 
@@ -314,20 +315,30 @@ class Trainer:
         groups = step_groups(loader, self.config.accumulate, skip=self._position)
         if needs_lockstep(loader, self.strategy):
             groups = lockstep(groups, self.strategy)
-        for group, last in with_last(groups):
+        batches = iter(with_last(groups))
+        while True:
+            fetching = time.perf_counter()
+            item = next(batches, None)
+            if item is None:
+                break
+            group, last = item
             paused_at = time.perf_counter()
             stop = self._step_boundary()
-            interval.exclude(time.perf_counter() - paused_at)
+            interval.exclude(time.perf_counter() - paused_at)  # requests and pauses are outside the step
             if stop:
                 self._check_finite(interval)  # never checkpoint a model that saw a non-finite loss
                 return False
             logged = (self.step + 1) % self.config.log_every == 0 or last
-            loss, samples, grad_norm, checked_sum = self._run_step(group, interval if logged else None)
+            clock = NO_CLOCK
+            if logged and self.config.time_breakdown:
+                clock = StepClock(self.device, started=time.perf_counter())
+                clock.add("data", paused_at - fetching)
+            loss, samples, grad_norm, checked_sum = self._run_step(group, interval if logged else None, clock)
             self.step += 1
             self._position += len(group)
             interval.add(loss, samples)
             if logged:
-                self._publish_step(interval, grad_norm, checked_sum)
+                self._publish_step(interval, grad_norm, checked_sum, clock)
                 interval = LogWindow()
         self.epoch += 1
         self._position = 0
@@ -341,26 +352,28 @@ class Trainer:
         return True
 
     def _run_step(
-        self, group: list[Batch], check: LogWindow | None
+        self, group: list[Batch], check: LogWindow | None, clock: Clock = NO_CLOCK
     ) -> tuple[torch.Tensor, int, float | None, float | None]:
         """Forward/backward over the micro-batches, clip, one optimizer step.
 
         Returns the (detached) mean loss, the number of samples and, on a logged step (`check` given: the
         steps since the last logged one), the gradient norm before clipping and the interval's loss sum
         averaged over ranks. On a logged step a non-finite loss in this step or the unchecked ones before
-        it raises before the optimizer step.
+        it raises before the optimizer step. `clock` times the step's phases (a logged step's).
         """
         measure = check is not None
         self.model.train()
         samples = sum(self.objective.samples(batch) for batch in group)
         probe = StepMemoryProbe(self.model, self.device) if self.step + 1 == self._memory_step else None
+        clock.mark("other")
         with probe if probe is not None else contextlib.nullcontext():
             step_loss = self.strategy.forward_backward(
-                self.model, group, self.objective, self.precision, self.scaler
+                self.model, group, self.objective, self.precision, self.scaler, clock
             )
         if step_loss is None:  # a rank that computes no loss (a pipeline stage before the last)
             step_loss = torch.zeros((), device=self.device)
         checked_sum = self._check_finite(check, step_loss) if check is not None else None
+        clock.mark("comm" if self.world_size > 1 else "other")  # the loss summed over ranks (logged steps)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         grad_norm = gradients.clip_(
@@ -373,9 +386,11 @@ class Trainer:
         schedule = self.config.optimizer
         factor = lr_factor(schedule.schedule, self.step, self.total_steps or 0, schedule.warmup_steps)
         optimizer_step(self.optimizer, self.scaler, self.lr * factor)
+        clock.mark("optimizer")
         if probe is not None:
             self._memory = probe.report(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
+        clock.mark("other")
         return step_loss, samples, grad_norm, checked_sum
 
     def _step_boundary(self) -> bool:
@@ -398,10 +413,14 @@ class Trainer:
 
     # ------------------------------------------------------------------ events
 
-    def _publish_step(self, window: LogWindow, grad_norm: float | None, all_ranks_sum: float | None) -> None:
+    def _publish_step(
+        self, window: LogWindow, grad_norm: float | None, all_ranks_sum: float | None, clock: Clock
+    ) -> None:
         metrics = {**window.step_metrics(self.strategy, all_ranks_sum), **self.strategy.step_details()}
         if self._memory is not None:
             metrics["memory"], self._memory = self._memory, None
+        if isinstance(clock, StepClock):
+            metrics["step_time"] = clock.report()
         self._last["train"] = {"loss": metrics["loss"]}
         self.events.on_step(
             self._event(lr=self.optimizer.param_groups[0]["lr"], grad_norm=grad_norm, **metrics)

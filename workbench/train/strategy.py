@@ -25,6 +25,7 @@ from workbench.train.config import TrainConfig
 from workbench.train.control import Changes
 from workbench.train.objective import LossFn, Objective
 from workbench.train.precision import Precision
+from workbench.train.step_time import NO_CLOCK, Clock
 
 REDUCE_OPS = ("sum", "mean", "max")
 Batch = Any  # (inputs, target), a dict, or any nesting of tensors (workbench.data.batch)
@@ -73,6 +74,7 @@ class Strategy(Protocol):
         objective: Objective,
         precision: Precision,
         scaler: Any,
+        clock: Clock = NO_CLOCK,
     ) -> torch.Tensor | None: ...
 
     def to_device(self, batch: Batch) -> Batch: ...
@@ -159,22 +161,32 @@ class StrategyBase:
         objective: Objective,
         precision: Precision,
         scaler: Any,
+        clock: Clock = NO_CLOCK,
     ) -> torch.Tensor | None:
         """Forward and backward over the micro-batches of one optimizer step; returns their mean loss
-        (detached), or None on a rank that computes no loss. Gradients are synchronised once, on the last."""
+        (detached), or None on a rank that computes no loss. Gradients are synchronised once, on the last.
+        `clock` times the copy, forward and backward phases (`workbench.train.step_time`)."""
         sizes = [objective.samples(batch) for batch in group]
         samples = sum(sizes)
         step_loss = None
         for index, batch in enumerate(group):
             batch = self.to_device(batch)
+            clock.mark("copy")
             with self.no_sync(model, index < len(group) - 1):
                 with precision.autocast():
                     loss, _ = objective(model, batch)
                 if len(group) > 1:  # mean over the whole group, as one batch of all its samples would give
                     loss = loss * (sizes[index] / samples)
-                (scaler.scale(loss) if scaler is not None else loss).backward()
+                clock.mark("forward")
+                self.backward(scaler.scale(loss) if scaler is not None else loss, clock)
             step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
         return step_loss
+
+    def backward(self, loss: torch.Tensor, clock: Clock) -> None:
+        """``loss.backward()``, timed as the backward phase (strategies that communicate inside it split
+        that time)."""
+        loss.backward()
+        clock.mark("backward")
 
     def to_device(self, batch: Batch) -> Batch:
         """`batch` with its tensors on this rank's device (asynchronously where the host memory is pinned)."""

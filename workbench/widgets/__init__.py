@@ -1,7 +1,8 @@
 """Live views of training: ipywidgets + plotly in a notebook, a tqdm bar in a terminal.
 
 `Dashboard` puts a progress bar, `LossPlot`, `MetricPlot`, `DeviceMonitor` and controls together, with
-`MemoryPlot` and `PipelineTimeline` once the trainer reports memory or pipeline spans; `ConsoleProgress`
+`MemoryPlot`, `StepTimePlot` (where the time goes) and `PipelineTimeline` once the trainer reports memory,
+step times or pipeline spans; `ConsoleProgress`
 (from `workbench.train.progress`, no plotly needed) is the text fallback. `RunsBrowser` compares finished
 runs. `HardwareInspector` and `Estimator` help choose hardware and a strategy. Names are imported on first
 use.
@@ -23,6 +24,7 @@ _HOMES = {
     "MemoryPlot": "workbench.widgets.memory_plot",
     "PipelineTimeline": "workbench.widgets.pipeline_timeline",
     "RunsBrowser": "workbench.widgets.runs_browser",
+    "StepTimePlot": "workbench.widgets.step_time_plot",
 }
 
 __all__ = sorted(_HOMES)

@@ -3,7 +3,8 @@
 Training runs in a background thread so the notebook stays responsive: the buttons work while it runs.
 It drives a `Trainer`, or a `Launch` (data-parallel workers): then the plot shows every rank's loss and
 the status line each rank's throughput, and the buttons reach the workers. A memory plot appears once
-the trainer reports memory, and a pipeline timeline once every stage of a pipeline step has reported.
+the trainer reports memory, a "where the time goes" plot once a rank reports its step's phases, and a
+pipeline timeline once every stage of a pipeline step has reported.
 
     dashboard = Dashboard(trainer)           # shows itself when it is the last expression of a cell
     dashboard.start()                        # or press Start
@@ -37,6 +38,7 @@ from workbench.widgets.loss_plot import LossPlot
 from workbench.widgets.memory_plot import MemoryPlot
 from workbench.widgets.metric_plot import MetricPlot
 from workbench.widgets.pipeline_timeline import PipelineTimeline
+from workbench.widgets.step_time_plot import StepTimePlot
 from workbench.widgets.throttle import Throttle
 
 _PUSHES_PER_S = 4  # progress bar and status text, drawn by a timer thread, not the training thread
@@ -49,9 +51,10 @@ class Dashboard(Callback):
     Below the controls: the loss curves (`loss_plot`), a metric chosen from a dropdown (`metric_plot`:
     learning rate, gradient norm, each rank's samples/s, evaluation metrics) and `device_monitor`: the loss,
     device utilisation and memory on one axis of seconds, with a line per worker for a `Launch`.
-    `memory_plot` (a `MemoryPlot`) and `timeline` (a `PipelineTimeline`) join below the other views when
-    they first have something to draw: the first ``memory`` event, the first pipeline step whose every
-    stage reported its ``timeline``. The views get the training events from a timer thread (the training
+    `memory_plot` (a `MemoryPlot`), `step_time_plot` (a `StepTimePlot`: where each rank's step time goes)
+    and `timeline` (a `PipelineTimeline`) join below the other views when they first have something to
+    draw: the first ``memory`` event, the first ``step_time``, the first pipeline step whose every stage
+    reported its ``timeline``. The views get the training events from a timer thread (the training
     thread only queues them: `workbench.widgets.deferred`).
 
     Args:
@@ -112,12 +115,14 @@ class Dashboard(Callback):
         self._start_step = 0
         self._total_steps = trainer.total_steps
         self.memory_plot = MemoryPlot()
+        self.step_time_plot = StepTimePlot()
         self.timeline = PipelineTimeline()
         self._awaiting_cell: dict[str, Any] | None = None  # the cell in wait_async, while it awaits
         self._views_lock = threading.Lock()  # the VBox's children: the timer and training threads add views
         self._build_widgets()
         # the training thread only queues events; a timer thread hands them to the views (widgets/deferred.py)
-        views = [self.loss_plot, self.metric_plot, self.memory_plot, self.timeline, self.device_monitor, self]
+        views = [self.loss_plot, self.metric_plot, self.memory_plot, self.step_time_plot, self.timeline]
+        views += [self.device_monitor, self]
         self.views = DeferredCallbacks([v for v in views if v is not None], on_error=self._show_view_error)
         trainer.add_callback(self.views)
 
@@ -180,7 +185,8 @@ class Dashboard(Callback):
         self.widget.add_class("workbench-dashboard")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        for view in (self.loss_plot, self.metric_plot, self.device_monitor, self.memory_plot, self.timeline):
+        views = (self.loss_plot, self.metric_plot, self.device_monitor, self.memory_plot, self.step_time_plot)
+        for view in (*views, self.timeline):
             if view is not None:
                 view.sync_for_display()
         return widget_bundle(self.widget, repr(self), **kwargs)
@@ -416,10 +422,12 @@ class Dashboard(Callback):
         self._show_new_views()
 
     def _show_new_views(self) -> None:
-        """Append the memory plot / pipeline timeline once they hold data (drawn first: never empty)."""
+        """Append the memory plot, step-time plot and pipeline timeline once they hold data (drawn first:
+        never empty)."""
         with self._views_lock:
             for view, has_data in (
                 (self.memory_plot, self.memory_plot.memory),  # a rank reported its memory
+                (self.step_time_plot, self.step_time_plot.parts),  # a rank reported where its time went
                 (self.timeline, self.timeline.latest),  # every stage of a step reported its spans
             ):
                 if view.widget not in self.widget.children and has_data():

@@ -1,0 +1,117 @@
+"""Where a training step's time goes: seconds per phase of one logged step, as the ``step_time`` event.
+
+The loop times its logged steps only (every ``log_every``-th), with wall clocks at the phase boundaries;
+on a GPU each boundary first waits for the device (``torch.cuda.synchronize``), so a phase holds the work
+it queued. The phases, in step order:
+
+- ``data``: waiting for the loader to give the batch;
+- ``copy``: moving the batch to the device;
+- ``forward``, ``backward``: the model's passes (a pipeline stage: its passes' spans);
+- ``comm``: communication the step waited for (DDP: the part of the gradient all-reduce that did not
+  overlap backward; a pipeline stage: its time outside its own passes); what overlapped is reported apart,
+  as ``comm_overlapped``, and is not in the sum; with several ranks, also the logged loss summed over
+  them (the NaN check), where a rank waits for the slowest;
+- ``optimizer``: clipping and the optimizer step;
+- ``other``: the rest (control requests, the NaN check's sync, zeroing gradients).
+
+The parts add up to ``total``, the step's wall time. A strategy that cannot separate a phase leaves it in
+another and says so in ``note`` (FSDP's all-gathers and reduce-scatters run inside forward and backward).
+
+Example:
+    >>> import time
+    >>> clock = StepClock(torch.device("cpu"), started=time.perf_counter())
+    >>> clock.mark("data"); clock.mark("forward"); clock.mark("backward")
+    >>> clock.add("data", 0.002)  # the loader's wait, measured before the clock started
+    >>> clock.move("backward", "comm", 1.0)  # at most what backward holds moves
+    >>> report = clock.report()
+    >>> sorted(report)[:4], report["total"] == sum(report[phase] for phase in PHASES)
+    (['backward', 'comm', 'comm_overlapped', 'copy'], True)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+PHASES = ("data", "copy", "forward", "backward", "comm", "optimizer", "other")
+
+
+class StepClock:
+    """Accumulates the wall time between successive `mark` calls into the phase each mark names.
+
+    Args:
+        device: the step's device; on CUDA each mark waits for it first.
+        started: ``time.perf_counter()`` when the step began (before the loader was asked for its batch).
+    """
+
+    enabled = True
+
+    def __init__(self, device: torch.device, started: float) -> None:
+        self._cuda = device if device.type == "cuda" else None
+        self._last = started
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.comm_overlapped = 0.0
+        self.note: str | None = None
+
+    def mark(self, phase: str) -> None:
+        """The time since the previous mark (or the start) was spent on `phase`."""
+        if self._cuda is not None:
+            torch.cuda.synchronize(self._cuda)
+        now = time.perf_counter()
+        self.seconds[phase] += now - self._last
+        self._last = now
+
+    def move(self, source: str, target: str, seconds: float) -> None:
+        """Count up to `seconds` of `source`'s time as `target`'s (never more than `source` holds)."""
+        moved = min(max(seconds, 0.0), self.seconds[source])
+        self.seconds[source] -= moved
+        self.seconds[target] += moved
+
+    def add(self, phase: str, seconds: float) -> None:
+        """Count `seconds` measured elsewhere (the loader's wait, before the clock started) as `phase`'s."""
+        self.seconds[phase] += seconds
+
+    def overlapped(self, seconds: float) -> None:
+        """Communication that ran while the step computed: reported, not in the sum."""
+        self.comm_overlapped += seconds
+
+    def explain(self, note: str) -> None:
+        """Say which phase holds time the strategy cannot separate (e.g. FSDP's communication)."""
+        self.note = note
+
+    def report(self) -> dict[str, Any]:
+        """The ``step_time`` event field: seconds per phase, their ``total``, ``comm_overlapped``, any
+        ``note``."""
+        report: dict[str, Any] = dict(self.seconds)
+        report["total"] = sum(self.seconds.values())
+        report["comm_overlapped"] = self.comm_overlapped
+        if self.note:
+            report["note"] = self.note
+        return report
+
+
+class NoClock:
+    """The clock of an untimed step: every call does nothing."""
+
+    enabled = False
+
+    def mark(self, phase: str) -> None:
+        pass
+
+    def move(self, source: str, target: str, seconds: float) -> None:
+        pass
+
+    def add(self, phase: str, seconds: float) -> None:
+        pass
+
+    def overlapped(self, seconds: float) -> None:
+        pass
+
+    def explain(self, note: str) -> None:
+        pass
+
+
+NO_CLOCK = NoClock()  # stateless: one instance serves every untimed step
+Clock = StepClock | NoClock  # what the loop hands a strategy for one step
