@@ -13,6 +13,8 @@ def test_small_benchmark_measures_every_row():
     assert min(*timings, result.dashboard_s, result.background_s, result.logged_s) > 0
     assert result.loader_ratio == result.trainer_loader_s / result.hand_loader_s
     assert result.untimed_s > 0 and result.breakdown_ratio == result.trainer_s / result.untimed_s
+    assert 0 < result.breakdown_s < 1e-3 and result.logged_steps == 1  # of 2 steps, the epoch's last
+    assert result.breakdown_work_ratio == pytest.approx(1 + result.breakdown_s / result.trainer_s)
     assert (
         result.logs_thread_s > result.logs_events_s > 0 and result.logs_cpu_s >= 0
     )  # metrics.jsonl's writer
@@ -27,6 +29,7 @@ def test_small_benchmark_measures_every_row():
         "hand-written loop",
         "Trainer over a torch Dataset",
         "Trainer, time breakdown on (default) / off",
+        "the step clock's own work in the logged steps",
         "Trainer + logs",
         "the logs' own work in step and evaluation events",
         "once per fit",

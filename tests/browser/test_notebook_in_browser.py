@@ -81,10 +81,21 @@ def _check_data_parallel(page) -> None:
     assert {"digits-ddp rank 0", "digits-ddp rank 1"} <= in_page.keys()
     placement = page.locator(".workbench-dashboard").inner_text()
     assert "2 processes (gloo, CPU, 1 thread each)" in placement
+    bars = _step_time_bars(page.locator(".workbench-dashboard"))
+    assert bars == ["rank 0", "rank 1"], f"where the time goes: bars {bars}"
+
+
+def _step_time_bars(dashboard) -> list[str] | None:
+    """The bars of the dashboard's "where the time goes" plot in the page (one per rank), None if absent."""
+    return dashboard.locator(".js-plotly-plot").evaluate_all(
+        "plots => plots.filter(p => ((p.layout.title || {}).text || '').startsWith('where the time goes'))"
+        ".map(p => p.data[0].x ? Array.from(p.data[0].x) : []).pop() ?? null"
+    )
 
 
 def _check_model_parallel(page) -> None:
-    """Three finished dashboards (FSDP, pipeline, tensor), each with a memory plot; the pipeline timeline."""
+    """Three finished dashboards (FSDP, pipeline, tensor), each with a memory plot and a bar per rank of where
+    the time goes; the pipeline timeline."""
     dashboards = page.locator(".workbench-dashboard")
     assert dashboards.count() == 3, f"{dashboards.count()} dashboards in the page"
     for index in range(3):
@@ -96,6 +107,8 @@ def _check_model_parallel(page) -> None:
             "plots => plots.map(plot => (plot.layout.title && plot.layout.title.text) || '')"
         )
         assert any("memory per rank" in t for t in titles), f"dashboard {index} has no memory plot: {titles}"
+        bars = _step_time_bars(dashboard)
+        assert bars == ["rank 0", "rank 1"], f"dashboard {index}: where the time goes: bars {bars}"
         if index == 1:
             assert any("bubble" in t and "measured" in t for t in titles), f"no pipeline timeline: {titles}"
             dashboard.screenshot(path=str(ARTIFACTS / "04_model_parallel_dashboard.png"))

@@ -23,6 +23,10 @@ Events and their keys:
     where ``spans`` lists ``[kind, microbatch, start, end]`` for this stage in this step: kind ``"F"``
     (forward) or ``"B"`` (backward), times in unix seconds. ``microbatches`` counts one batch's; with
     gradient accumulation a step runs several batches and their micro-batches are numbered on.
+  - ``step_time`` (every logged step, every rank, unless ``TrainConfig(time_breakdown=False)``): seconds
+    of the step per phase, ``{"data", "copy", "forward", "backward", "comm", "optimizer", "other",
+    "total", "comm_overlapped"}`` and, where a strategy cannot separate a phase, ``note``
+    (see `workbench.train.step_time`).
   - ``rank_loss`` (several ranks): this rank's own loss, on ranks whose loss is their own data's (every
     rank of DDP/FSDP; the last stage of a pipeline; rank 0 of tensor parallel).
 - ``on_eval(metrics)``: ``step``, ``epoch`` (the one just finished), ``split`` ("val" or "test"),
