@@ -153,16 +153,23 @@ class StepTimePlot(LiveFigure, Callback):
             labels = ["one process"] if single and len(medians) == 1 else [f"rank {r}" for r in medians]
             overlapped = [parts["comm_overlapped"] * 1e3 for parts in medians.values()]
             steps = [step for step, _ in history]
+            if not self._bars:
+                for phase in PHASES:
+                    self._add(phase)
+            # bars and areas in messages of their own: plotly's front end lost the bars' category x when
+            # one update carried them beside the areas' numeric x
             with self.figure.batch_update():
                 self.figure.layout.yaxis2.title.text = f"rank {history_rank}, ms"
                 for phase in PHASES:
-                    bar = self._bars.get(phase) or self._add(phase)
+                    bar = self._bars[phase]
                     bar.x, bar.y = labels, [parts[phase] * 1e3 for parts in medians.values()]
                     bar.customdata = overlapped
+            with self.figure.batch_update():
+                for phase in PHASES:
                     area = self._areas[phase]
                     area.x, area.y = steps, [parts[phase] * 1e3 for _, parts in history]
 
-    def _add(self, phase: str) -> Any:
+    def _add(self, phase: str) -> None:
         color = _COLORS[phase]
         extra = "<br>all-reduce overlapping backward: %{customdata:.3g} ms" if phase == "comm" else ""
         self.figure.add_bar(
@@ -184,7 +191,6 @@ class StepTimePlot(LiveFigure, Callback):
             hovertemplate=f"step %{{x}}<br>{phase}: %{{y:.3g}} ms<extra></extra>",
         )
         self._areas[phase] = self.figure.data[-1]
-        return self._bars[phase]
 
 
 def _checked(step_time: Mapping[str, Any]) -> dict[str, float]:
