@@ -222,7 +222,8 @@ def cli_runs(request, tmp_path_factory):
     selected = [
         item.callspec.params["case"]
         for item in request.session.items
-        if item.module is request.module and "case" in getattr(getattr(item, "callspec", None), "params", {})
+        if getattr(item, "module", None) is request.module
+        and "case" in getattr(getattr(item, "callspec", None), "params", {})
     ]
     folders = {index: tmp_path_factory.mktemp(f"cli-{index}") for index in selected}
     with ThreadPoolExecutor(2) as pool:

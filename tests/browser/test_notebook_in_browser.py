@@ -29,7 +29,7 @@ def notebook_runs(browser, lab, request):
     selected = [
         item.callspec.params["notebook"]
         for item in request.session.items
-        if item.module is request.module and hasattr(item, "callspec")
+        if getattr(item, "module", None) is request.module and hasattr(item, "callspec")
     ]
     runs = NotebookRuns(browser, lab, selected, window=3)
     yield runs

@@ -28,7 +28,12 @@ def test_two_trainings_of_one_run_name_from_the_command_line_one_is_refused_and_
     deadline = time.monotonic() + 60
     while not (lock.is_file() and lock.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    second = subprocess.run([*CLI, *args, "--epochs", "6", "--seed", "1"], capture_output=True, text=True)
+    # the first run holds still while the second starts (else a fast machine finishes it first)
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = subprocess.run([*CLI, *args, "--epochs", "6", "--seed", "1"], capture_output=True, text=True)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     assert first.wait(timeout=300) == 0, first.stderr.read()
     assert second.returncode == 2
     assert f"is in use: PID {first.pid} on " in second.stderr and "another run name" in second.stderr
