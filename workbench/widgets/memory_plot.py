@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench._validate import check_int, check_nonnegative
-from workbench.train.events import Callback, Event
+from workbench.train.events import Event
 from workbench.widgets._figure_widget import FigureWidget
-from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT
+from workbench.widgets.rank_bars import RankBars
 
 PARTS = ("params", "grads", "optimizer_state", "activations")
 _NAMES = {"params": "parameters", "grads": "gradients", "optimizer_state": "optimizer state"}
@@ -25,7 +26,7 @@ _RANK_LABEL = re.compile(r"rank \d+|one process")
 _TITLE = "memory per rank in a training step"
 
 
-class MemoryPlot(LiveFigure, Callback):
+class MemoryPlot(RankBars):
     """Bytes of parameters, gradients, optimizer state and activations per rank, as stacked bars in MiB.
 
     Subscribe it to a trainer (``callbacks=[plot]``) and show it by ending a cell with ``plot``. Every
@@ -68,11 +69,9 @@ class MemoryPlot(LiveFigure, Callback):
         super().__init__(figure, max_updates_per_s=max_updates_per_s)
         # under _data_lock:
         self._memory: dict[int, dict[str, Any]] = {}  # rank → its latest memory dict
-        self._single_process = False  # the fit said world_size 1: one bar, not "rank 0"
         self._references: dict[str, dict[str, Any]] = {}  # label → memory dict, drawn before the ranks
         self._changed = False
-        # under _figure_lock:
-        self._bars: dict[str, Any] = {}  # part → its bar trace
+        # under _figure_lock (and `_bars`: part → its bar trace):
         self._peaks: Any = None  # the cuda_peak marker trace, added when a peak is first known
 
     def __repr__(self) -> str:
@@ -107,18 +106,7 @@ class MemoryPlot(LiveFigure, Callback):
             self._changed = True
         self.flush()
 
-    def bars(self) -> list[str]:
-        """The bars in the figure now, left to right (what the browser shows)."""
-        with self._figure_lock:
-            trace = self._bars.get(PARTS[0])
-            return [] if trace is None or trace.x is None else list(trace.x)
-
     # ------------------------------------------------------------------ events (training thread)
-
-    def on_fit_start(self, info: Event) -> None:
-        with self._data_lock:
-            self._single_process = info.get("world_size") == 1
-        self._throttle.start()
 
     def on_step(self, metrics: Event) -> None:
         if metrics.get("memory") is None:
@@ -128,9 +116,6 @@ class MemoryPlot(LiveFigure, Callback):
             self._memory[metrics.get("rank", 0)] = checked
             self._changed = True
         self._throttle.poke()
-
-    def on_fit_end(self, summary: Event) -> None:
-        self._stop_and_flush()
 
     # ------------------------------------------------------------------ internals
 
@@ -143,10 +128,7 @@ class MemoryPlot(LiveFigure, Callback):
                 self._changed = False
                 rows = list(self._references.items())
                 ranks = sorted(self._memory.items())
-                if self._single_process and len(ranks) == 1:  # no ranks to tell apart: no "rank 0"
-                    rows += [("one process", ranks[0][1])]
-                else:
-                    rows += [(f"rank {rank}", memory) for rank, memory in ranks]
+                rows += zip(self._rank_labels(rank for rank, _ in ranks), (m for _, m in ranks), strict=True)
                 title = "memory in a training step" if self._single_process else _TITLE
             if not rows:
                 return

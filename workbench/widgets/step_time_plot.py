@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench._validate import check_int, check_nonnegative
-from workbench.train.events import Callback, Event
+from workbench.train.events import Event
 from workbench.train.step_time import PHASES
 from workbench.widgets._figure_widget import FigureWidget
-from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT
+from workbench.widgets.rank_bars import RankBars
 
 _COLORS = {
     "data": "#FFA15A",
@@ -31,7 +32,7 @@ _COLORS = {
 _HISTORY = 500  # logged steps kept for the over-time plot
 
 
-class StepTimePlot(LiveFigure, Callback):
+class StepTimePlot(RankBars):
     """Each rank's logged steps split into phases: stacked bars per rank and the parts over steps, in ms.
 
     Subscribe it to a trainer or launch (``callbacks=[plot]``; a `Dashboard` adds one by itself) and show
@@ -78,10 +79,8 @@ class StepTimePlot(LiveFigure, Callback):
         self._recent: dict[int, deque[dict[str, float]]] = {}  # rank → its last `window` step_time dicts
         self._history: deque[tuple[int, dict[str, float]]] = deque(maxlen=_HISTORY)  # (step, parts)
         self._history_rank: int | None = None  # whose steps the over-time plot shows: the lowest rank
-        self._single_process = False
         self._changed = False
-        # under _figure_lock:
-        self._bars: dict[str, Any] = {}
+        # under _figure_lock (and `_bars`: phase → its bar trace):
         self._areas: dict[str, Any] = {}
 
     def __repr__(self) -> str:
@@ -105,18 +104,7 @@ class StepTimePlot(LiveFigure, Callback):
             for rank, times in recent.items()
         }
 
-    def bars(self) -> list[str]:
-        """The bars in the figure now, left to right (what the browser shows)."""
-        with self._figure_lock:
-            trace = self._bars.get(PHASES[0])
-            return [] if trace is None or trace.x is None else list(trace.x)
-
     # ------------------------------------------------------------------ events (training thread)
-
-    def on_fit_start(self, info: Event) -> None:
-        with self._data_lock:
-            self._single_process = info.get("world_size") == 1
-        self._throttle.start()
 
     def on_step(self, metrics: Event) -> None:
         if metrics.get("step_time") is None:
@@ -133,9 +121,6 @@ class StepTimePlot(LiveFigure, Callback):
             self._changed = True
         self._throttle.poke()
 
-    def on_fit_end(self, summary: Event) -> None:
-        self._stop_and_flush()
-
     # ------------------------------------------------------------------ internals
 
     def _draw(self) -> None:
@@ -146,11 +131,12 @@ class StepTimePlot(LiveFigure, Callback):
                     return
                 self._changed = False
                 history = list(self._history)
-                history_rank, single = self._history_rank, self._single_process
+                history_rank = self._history_rank
             medians = self.parts()
             if not medians:
                 return
-            labels = ["one process"] if single and len(medians) == 1 else [f"rank {r}" for r in medians]
+            with self._data_lock:
+                labels = self._rank_labels(medians)
             overlapped = [parts["comm_overlapped"] * 1e3 for parts in medians.values()]
             steps = [step for step, _ in history]
             if not self._bars:
