@@ -100,6 +100,9 @@ class TrainConfig:
         time_breakdown: time each logged step's phases (data, copy, forward, backward, comm, optimizer,
             other) and publish them as its ``step_time`` (see `workbench.train.step_time`); on a GPU each
             phase boundary of a logged step waits for the device.
+        profile_steps: ``(first, last)``: record a torch.profiler trace of these optimizer steps (1-based,
+            inclusive) on every rank into the run directory's ``profile/`` (see `workbench.train.profiling`);
+            None: no profiling.
 
     Example:
         >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
@@ -123,6 +126,7 @@ class TrainConfig:
     device: str = "auto"
     loader: LoaderConfig = field(default_factory=LoaderConfig)
     time_breakdown: bool = True
+    profile_steps: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -137,6 +141,8 @@ class TrainConfig:
         check_int("log_every", self.log_every, minimum=1)
         check_int("checkpoint_every", self.checkpoint_every, minimum=1)
         check_choice("device", self.device, DEVICES)
+        if self.profile_steps is not None:
+            _check_profile_steps(self.profile_steps)
         if not isinstance(self.time_breakdown, bool):
             raise ValueError(f"time_breakdown must be True or False, got {self.time_breakdown!r}")
         if not isinstance(self.loader, LoaderConfig):
@@ -160,6 +166,8 @@ class TrainConfig:
             optimizer["betas"] = tuple(optimizer["betas"])
         loader = dict(data.pop("loader", {}))
         loader["collate_fn"] = None  # a function is logged by name only; give it again in code
+        if data.get("profile_steps") is not None:  # JSON holds the pair as a list
+            data["profile_steps"] = tuple(data["profile_steps"])
         return cls(optimizer=OptimizerConfig(**optimizer), loader=LoaderConfig(**loader), **data)
 
     def replace(self, **changes: Any) -> TrainConfig:
@@ -167,6 +175,20 @@ class TrainConfig:
         if isinstance(changes.get("optimizer"), dict):
             changes["optimizer"] = dataclasses.replace(self.optimizer, **changes["optimizer"])
         return dataclasses.replace(self, **changes)
+
+
+def _check_profile_steps(steps: object) -> None:
+    ok = isinstance(steps, tuple) and len(steps) == 2
+    ok = (
+        ok
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in steps)
+        and 1 <= steps[0] <= steps[1]
+    )
+    if not ok:
+        raise ValueError(
+            f"profile_steps must be a pair (first, last) of optimizer steps with 1 ≤ first ≤ last, got "
+            f"{steps!r}; e.g. profile_steps=(5, 7) traces steps 5, 6 and 7"
+        )
 
 
 def _check_number(

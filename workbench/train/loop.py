@@ -42,6 +42,7 @@ from workbench.train.metrics_log import MetricsLog
 from workbench.train.objective import Objective, StepFn
 from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor, optimizer_step
 from workbench.train.precision import resolve_precision
+from workbench.train.profiling import ProfileResult, StepProfiler
 from workbench.train.run_dir import (
     LoopPosition,
     RunDir,
@@ -211,6 +212,15 @@ class Trainer:
         # one-off work (a pipeline's shape inference), and from the second on the optimizer state exists
         self._memory_step = 1
         self._memory: dict[str, Any] | None = None  # measured, to send with the next logged step
+        self._profiler: StepProfiler | None = None
+        self.profile: ProfileResult | None = None  # the last fit's profile (TrainConfig.profile_steps)
+        steps = self.config.profile_steps
+        if steps is not None and self.total_steps is not None and steps[1] > self.total_steps:
+            raise ValueError(
+                f"profile_steps={steps!r} ends after the fit's last step ({self.total_steps} = "
+                f"{self.steps_per_epoch} steps × {self.config.epochs} epochs); "
+                f"choose steps ≤ {self.total_steps}"
+            )
 
     # ------------------------------------------------------------------ public
 
@@ -271,10 +281,18 @@ class Trainer:
             if status == "stopped" or self._due_checkpoint():
                 self._save()
         except BaseException as error:
+            self._finish_profile()
             self.events.on_fit_end(self._summary("failed", error))
             raise
+        self._finish_profile()
         self.events.on_fit_end(self._summary(status, None))
         return status
+
+    def _finish_profile(self) -> None:
+        """Write the profile of a fit that ended before (or right after) its last profiled step."""
+        if self._profiler is not None:
+            self._profiler.finish()
+            self.profile = self._profiler.result
 
     def _lock_run_dir(self) -> RunLock | None:
         """Rank 0 of a named run holds its directory for the fit: a second fit on it is refused."""
@@ -333,8 +351,12 @@ class Trainer:
             if logged and self.config.time_breakdown:
                 clock = StepClock(self.device, started=time.perf_counter())
                 clock.add("data", paused_at - fetching)
+            if self._profiler is not None:
+                self._profiler.before_step(self.step + 1)
             loss, samples, grad_norm, checked_sum = self._run_step(group, interval if logged else None, clock)
             self.step += 1
+            if self._profiler is not None:
+                self._profiler.after_step(self.step)
             self._position += len(group)
             interval.add(loss, samples)
             if logged:
@@ -491,6 +513,9 @@ class Trainer:
             self.step, self.epoch, self._position = where.step, where.epoch, where.position
             self.lr, self.clip_norm, self.clip_value = where.lr, where.clip_norm, where.clip_value
             self.checkpoint = path
+        if self.config.profile_steps is not None:
+            directory = self.run_dir.path if self.run_dir is not None else None
+            self._profiler = StepProfiler(self.config.profile_steps, self.device, directory, self.rank)
         known = self.total_steps is not None
         self._memory_step = self.step + (1 if known and self.total_steps - self.step < 2 else 2)
         if self.run_dir is not None and self.strategy.is_main:  # one writer, also on a shared filesystem

@@ -1,0 +1,79 @@
+"""TrainConfig(profile_steps=...): a torch.profiler trace of the chosen steps in the run directory (JSON with
+those steps' ranges and no others), the top operators as a table, and bad step ranges refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from workbench import models
+from workbench.data import load_dataset, split_dataset
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
+
+
+def _trainer(tmp_path, **config):
+    splits = split_dataset(load_dataset("regression", n_samples=256), (1.0, 0.0, 0.0), seed=0)
+    config = TrainConfig(epochs=2, batch_size=32, optimizer=OptimizerConfig("sgd", lr=0.1), **config)
+    return Trainer(models.mlp(10, 1, hidden=(16,)), torch.nn.functional.mse_loss, splits, config,
+                   run="profiled", runs_dir=tmp_path)  # fmt: skip
+
+
+def test_the_chosen_steps_are_traced_into_the_run_directory_with_a_table_of_top_operators(tmp_path):
+    trainer = _trainer(tmp_path, profile_steps=(3, 5))
+    trainer.fit()
+    trace = tmp_path / "profiled" / "profile" / "rank0.json"
+    assert trainer.profile is not None and trainer.profile.trace == trace
+    events = json.loads(trace.read_text())["traceEvents"]
+    steps = sorted({e["name"] for e in events if e.get("name", "").startswith("step ")})
+    assert steps == ["step 3", "step 4", "step 5"]
+    names = [op.name for op in trainer.profile.top_ops]
+    assert "aten::addmm" in names or "aten::mm" in names  # the model's matrix products
+    table = (tmp_path / "profiled" / "profile" / "top_ops_rank0.txt").read_text()
+    assert table.startswith("operator") and names[0] in table
+    assert "top operators" in trainer.profile._repr_html_()
+
+
+def test_a_fit_stopped_before_the_last_profiled_step_still_writes_its_trace(tmp_path):
+    trainer = _trainer(tmp_path, profile_steps=(2, 14), log_every=1)
+
+    class StopAtStep4:
+        def on_step(self, metrics):
+            if metrics["step"] == 4:
+                trainer.control.stop()
+
+    trainer.add_callback(StopAtStep4())
+    assert trainer.fit().status == "stopped"
+    events = json.loads(trainer.profile.trace.read_text())["traceEvents"]
+    assert {e["name"] for e in events if e.get("name", "").startswith("step ")} == {
+        "step 2",
+        "step 3",
+        "step 4",
+    }
+
+
+def test_without_profile_steps_nothing_is_profiled(tmp_path):
+    trainer = _trainer(tmp_path)
+    trainer.fit()
+    assert trainer.profile is None and not (tmp_path / "profiled" / "profile").exists()
+
+
+@pytest.mark.parametrize("steps", [(0, 3), (5, 2), (1.0, 2), 3, (1, 2, 3)])
+def test_bad_step_ranges_are_named_with_an_example(steps):
+    with pytest.raises(
+        ValueError, match=r"profile_steps must be a pair \(first, last\).*e\.g\. profile_steps=\(5, 7\)"
+    ):
+        TrainConfig(profile_steps=steps)
+
+
+def test_steps_past_the_fit_are_refused_with_its_length(tmp_path):
+    with pytest.raises(
+        ValueError, match=r"profile_steps=\(5, 99\) ends after the fit's last step \(16 = 8 steps"
+    ):
+        _trainer(tmp_path, profile_steps=(5, 99))
+
+
+def test_the_pair_survives_the_config_json_round_trip():
+    config = TrainConfig(profile_steps=(2, 4))
+    assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
