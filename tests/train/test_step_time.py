@@ -10,7 +10,7 @@ import time
 
 import pytest
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, TensorDataset
 
 from workbench.train import OptimizerConfig, TrainConfig, Trainer
 from workbench.train.metrics_log import read_metrics
@@ -104,3 +104,22 @@ def test_off_it_leaves_no_step_time(tmp_path):
 def test_time_breakdown_must_be_a_bool():
     with pytest.raises(ValueError, match="time_breakdown must be True or False, got 'yes'"):
         TrainConfig(time_breakdown="yes")
+
+
+def test_a_strategy_whose_forward_backward_predates_the_clock_still_trains_and_says_so(tmp_path):
+    from workbench.train.strategy import SingleDevice
+
+    class OwnStrategy(SingleDevice):
+        def forward_backward(self, model, group, objective, precision, scaler):  # the old five arguments
+            return super().forward_backward(model, group, objective, precision, scaler)
+
+    steps = Steps()
+    config = TrainConfig(
+        epochs=1, batch_size=BATCH, log_every=1, optimizer=OptimizerConfig("sgd"), device="cpu"
+    )
+    data = TensorDataset(torch.randn(2 * BATCH, 3), torch.zeros(2 * BATCH, 1))
+    Trainer(torch.nn.Linear(3, 1), torch.nn.functional.mse_loss, data, config, callbacks=[steps],
+            strategy=OwnStrategy("cpu")).fit()  # fmt: skip
+    times = [metrics["step_time"] for _, metrics in steps.events]
+    assert len(times) == 2 and all("OwnStrategy.forward_backward takes no clock" in t["note"] for t in times)
+    assert all(t["forward"] > 0 and t["backward"] == 0 for t in times)

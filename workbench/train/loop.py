@@ -51,7 +51,7 @@ from workbench.train.run_dir import (
     resume_path,
 )
 from workbench.train.run_lock import RunLock
-from workbench.train.step_time import NO_CLOCK, Clock, StepClock
+from workbench.train.step_time import NO_CLOCK, Clock, StepClock, takes_clock
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy, StrategyBase
 from workbench.train.supervision import current_supervision
 
@@ -155,6 +155,7 @@ class Trainer:
             loss_fn, step_fn, metrics, classification=None if task is None else task == "classification"
         )
         self.strategy.check_objective(self.objective)
+        self._strategy_takes_clock = takes_clock(self.strategy.forward_backward)
         self.run = run
         self.run_dir = RunDir.named(run, runs_dir) if run is not None else None
         self.strategy.bind()
@@ -389,9 +390,16 @@ class Trainer:
         probe = StepMemoryProbe(self.model, self.device) if self.step + 1 == self._memory_step else None
         clock.mark("other")
         with probe if probe is not None else contextlib.nullcontext():
-            step_loss = self.strategy.forward_backward(
-                self.model, group, self.objective, self.precision, self.scaler, clock
-            )
+            parts = (self.model, group, self.objective, self.precision, self.scaler)
+            if self._strategy_takes_clock:
+                step_loss = self.strategy.forward_backward(*parts, clock)
+            else:  # a strategy's own forward_backward written before the clock existed
+                step_loss = self.strategy.forward_backward(*parts)
+                clock.mark("forward")
+                clock.explain(
+                    f"{type(self.strategy).__name__}.forward_backward takes no clock argument: its copy, "
+                    "forward, backward and communication are all counted as forward"
+                )
         if step_loss is None:  # a rank that computes no loss (a pipeline stage before the last)
             step_loss = torch.zeros((), device=self.device)
         checked_sum = self._check_finite(check, step_loss) if check is not None else None

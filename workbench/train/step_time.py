@@ -30,7 +30,9 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -115,3 +117,16 @@ class NoClock:
 
 NO_CLOCK = NoClock()  # stateless: one instance serves every untimed step
 Clock = StepClock | NoClock  # what the loop hands a strategy for one step
+
+
+def takes_clock(forward_backward: Callable[..., Any]) -> bool:
+    """Whether a strategy's ``forward_backward`` accepts the clock (one written before it existed does not).
+
+    Example:
+        >>> takes_clock(lambda model, group, objective, precision, scaler, clock=NO_CLOCK: None)
+        True
+        >>> takes_clock(lambda model, group, objective, precision, scaler: None)
+        False
+    """
+    parameters = inspect.signature(forward_backward).parameters.values()
+    return any(p.name == "clock" or p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
