@@ -118,12 +118,10 @@ class StepProfiler:
             for e in averages
             if not e.key.startswith("step ")
         )[:TOP_OPS]
-        trace = None
-        if self.directory is not None:
-            folder = self.directory / "profile"
-            folder.mkdir(parents=True, exist_ok=True)
-            trace = folder / f"rank{self.rank}.json"
-            profile.export_chrome_trace(str(trace))
-            result = ProfileResult((self.first, self.last), self.rank, trace, top)
-            (folder / f"top_ops_rank{self.rank}.txt").write_text(result.table() + "\n", encoding="utf-8")
+        trace = None if self.directory is None else self.directory / "profile" / f"rank{self.rank}.json"
         self.result = ProfileResult((self.first, self.last), self.rank, trace, top)
+        if trace is not None:
+            trace.parent.mkdir(parents=True, exist_ok=True)
+            profile.export_chrome_trace(str(trace))
+            summary = trace.parent / f"top_ops_rank{self.rank}.txt"
+            summary.write_text(self.result.table() + "\n", encoding="utf-8")

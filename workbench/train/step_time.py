@@ -12,7 +12,8 @@ it queued. The phases, in step order:
   as ``comm_overlapped``, and is not in the sum; with several ranks, also the logged loss summed over
   them (the NaN check), where a rank waits for the slowest;
 - ``optimizer``: clipping and the optimizer step;
-- ``other``: the rest (control requests, the NaN check's sync, zeroing gradients).
+- ``other``: the rest (the one-off memory probe, a single process's NaN check, zeroing gradients).
+  Control requests and pauses between steps are outside the step, as they are outside ``samples_per_s``.
 
 The parts add up to ``total``, the step's wall time. A strategy that cannot separate a phase leaves it in
 another and says so in ``note`` (FSDP's all-gathers and reduce-scatters run inside forward and backward).
