@@ -10,10 +10,12 @@ workbench train text-transformer --strategy pipeline --microbatches 4   (also fs
 workbench train digits-mlp --strategy ddp --nnodes 2 --master-addr HOST   print the torchrun command
 torchrun --nproc-per-node 2 -m workbench train digits-mlp --strategy ddp  the same under torchrun
 workbench bench trainer           the Trainer and Dashboard against a hand-written loop (ratios)
+workbench bench trainer --peers   the same training in a hand loop, the Trainer, Lightning, Fabric, Accelerate
 workbench bench launch --engines  seconds to start the same training via launch, torchrun, mpirun, Spark
 workbench bench hardware          memory bandwidth and matmul FLOP/s of this CPU and GPU (--full: larger)
 workbench bench kernel-env        the workbench kernel's environment vs plain python (training on CPU)
 workbench bench kernels           numba kernels against torch/cuBLAS on a GPU (--full: 4096³, 100M params)
+workbench bench compile           eager vs TrainConfig(compile=...) per step on presets (speed-up, compile s)
 workbench bench ddp               throughput of 2 processes × 1 thread vs 1 × 1 (data-parallel speed-up)
 workbench bench launch            seconds to start launch's workers: fork, fork server, spawn side by side
 """
@@ -83,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     trainer.add_argument("--repeats", type=int, default=5, help="runs of each variant (median)")
     trainer.add_argument("--epochs", type=int, default=6)
     trainer.add_argument("--history", type=int, default=1_000_000, help="loss-plot points before timing")
+    trainer.add_argument(
+        "--peers", action="store_true", help="instead: the same training in Lightning, Fabric, Accelerate"
+    )
     trainer.set_defaults(command="bench trainer", run=_bench_trainer)
     kernel_env = bench_commands.add_parser(
         "kernel-env", help="the workbench kernel's environment vs plain python, training in child processes"
@@ -102,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
         "--host", action="store_true", help="no GPU: host time of one Adam step, launches stubbed"
     )
     kernels.set_defaults(command="bench kernels", run=_bench_kernels)
+    compiled = bench_commands.add_parser("compile", help="eager vs compiled training, per step")
+    compiled.add_argument("--presets", nargs="+", default=None, help="presets to compare (default: 3)")
+    compiled.add_argument("--mode", default="default", help="torch.compile mode (default: default)")
+    compiled.add_argument("--repeats", type=int, default=5, help="alternating fits of each variant (median)")
+    compiled.add_argument("--epochs", type=int, default=1, help="epochs per timed fit")
+    compiled.set_defaults(command="bench compile", run=_bench_compile)
     ddp = bench_commands.add_parser("ddp", help="data parallel: N processes vs 1 on a compute-bound MLP")
     ddp.add_argument("--nprocs", type=int, default=2, help="processes of the parallel run (default 2)")
     ddp.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
@@ -628,12 +639,30 @@ def _bench_kernel_env(args: argparse.Namespace) -> int:
 def _bench_trainer(args: argparse.Namespace) -> int:
     from workbench.bench.trainer import benchmark_trainer
 
+    if args.peers:
+        return _bench_peers(args)
     try:
         result = benchmark_trainer(repeats=args.repeats, epochs=args.epochs, history=args.history)
     except ValueError as error:
         print(f"workbench bench trainer: error: {error}", file=sys.stderr)
         return 2
     print(f"{result.steps} optimizer steps per run, median of {args.repeats} runs each")
+    print(result.table())
+    return 0
+
+
+def _bench_peers(args: argparse.Namespace) -> int:
+    from workbench.bench.peers import benchmark_peers
+
+    try:
+        result = benchmark_peers(repeats=args.repeats, epochs=args.epochs)
+    except ValueError as error:
+        print(f"workbench bench trainer: error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"{result.steps} optimizer steps per run (a DataLoader over TensorDatasets, validation each epoch), "
+        f"{args.repeats} alternating runs each"
+    )
     print(result.table())
     return 0
 
@@ -659,6 +688,20 @@ def _bench_launch(args: argparse.Namespace) -> int:
         print(f"workbench bench launch: error: {error}", file=sys.stderr)
         return 2
     print(result.table())
+    return 0
+
+
+def _bench_compile(args: argparse.Namespace) -> int:
+    from workbench.bench.compile import DEFAULT_PRESETS, compare_compile, table
+
+    presets = tuple(args.presets) if args.presets else DEFAULT_PRESETS
+    try:
+        results = compare_compile(presets, mode=args.mode, repeats=args.repeats, epochs=args.epochs)
+    except (ValueError, RuntimeError) as error:
+        print(f"workbench bench compile: error: {error}", file=sys.stderr)
+        return 2
+    print(f"torch.compile mode={args.mode!r}, {args.repeats} alternating fits of each (training steps only)")
+    print(table(results))
     return 0
 
 

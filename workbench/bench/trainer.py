@@ -215,7 +215,7 @@ def benchmark_trainer(
     check_int("epochs", epochs, minimum=1)
     check_int("n_samples", n_samples, minimum=16)
     check_int("history", history, minimum=0)
-    splits, config = _setup(epochs, n_samples)
+    splits, config = bench_setup(epochs, n_samples)
     steps = len(ShardedLoader(splits.train, config.batch_size)) * epochs
 
     torch_splits = Splits(
@@ -238,16 +238,17 @@ def benchmark_trainer(
     untimed = config.replace(time_breakdown=False)
     per_step: list[float] = []
     sampler_fractions: list[float] = []
-    _hand_written(_model(), splits, config)  # warm-up: allocator, thread pools, first-call costs
+    _hand_written(bench_model(), splits, config)  # warm-up: allocator, thread pools, first-call costs
     logs = tempfile.TemporaryDirectory(prefix="workbench-bench-")
     _logged_seconds(splits, config, logs.name)  # imports the loggers' tools, creates the MLflow store
     for _ in range(repeats):
-        timings["hand"].append(_timed(lambda: _hand_written(_model(), splits, config)))
+        timings["hand"].append(_timed(lambda: _hand_written(bench_model(), splits, config)))
         plain = WorkClock()
         with plain.threads():
             timings["trainer"].append(_timed(lambda: _trainer(splits, config).fit()))
         timings["untimed"].append(_timed(lambda: _trainer(splits, untimed).fit()))
-        timings["hand_loader"].append(_timed(lambda: _hand_written_loader(_model(), torch_splits, config)))
+        hand_loader = _timed(lambda: hand_written_loader(bench_model(), torch_splits, config))
+        timings["hand_loader"].append(hand_loader)
         timings["trainer_loader"].append(_timed(lambda: _trainer(torch_splits, config).fit()))
         seconds, clock = _logged_seconds(splits, config, logs.name)
         timings["logged"].append(seconds)
@@ -305,7 +306,7 @@ def _step_clock_seconds(repeats: int = 2000) -> float:
     return statistics.median(seconds)
 
 
-def _setup(epochs: int, n_samples: int = 4096) -> tuple[Splits, TrainConfig]:
+def bench_setup(epochs: int, n_samples: int = 4096) -> tuple[Splits, TrainConfig]:
     data = load_dataset("synthetic_images", n_samples=n_samples, image_size=32, seed=0)
     splits = split_dataset(data, (0.9, 0.1, 0.0), seed=0)
     config = TrainConfig(epochs=epochs, batch_size=128, optimizer=OptimizerConfig("adam", lr=1e-3), seed=0)
@@ -314,23 +315,23 @@ def _setup(epochs: int, n_samples: int = 4096) -> tuple[Splits, TrainConfig]:
 
 def hand_written_seconds(epochs: int) -> float:
     """One timed run of the hand-written loop (`workbench bench kernel-env` runs it in child processes)."""
-    splits, config = _setup(epochs)
-    return _timed(lambda: _hand_written(_model(), splits, config))
+    splits, config = bench_setup(epochs)
+    return _timed(lambda: _hand_written(bench_model(), splits, config))
 
 
 def background_dashboard_seconds(epochs: int) -> float:
     """One timed run of the Trainer through `Dashboard.start` + `wait` (training on a second thread)."""
-    splits, config = _setup(epochs)
+    splits, config = bench_setup(epochs)
     return _with_dashboard(splits, config, 0, background=True)[0]
 
 
-def _model() -> torch.nn.Module:
+def bench_model() -> torch.nn.Module:
     torch.manual_seed(0)
     return models.mlp(3 * 32 * 32, 10, hidden=(512, 512))
 
 
 def _trainer(splits: Splits, config: TrainConfig) -> Trainer:
-    return Trainer(_model(), functional.cross_entropy, splits, config)
+    return Trainer(bench_model(), functional.cross_entropy, splits, config)
 
 
 def _timed(run: Callable[[], object]) -> float:
@@ -356,7 +357,7 @@ def _logged_seconds(splits: Splits, config: TrainConfig, folder: str) -> tuple[f
     if installed["mlflow"]:
         callbacks.append(MLflowLogger(f"{folder}/mlflow.db"))
     trainer = Trainer(
-        _model(),
+        bench_model(),
         functional.cross_entropy,
         splits,
         dataclasses.replace(config, checkpoint_every=config.epochs + 1),
@@ -393,7 +394,7 @@ def _hand_written(model: torch.nn.Module, splits: Splits, config: TrainConfig) -
                 functional.cross_entropy(model(x), y)
 
 
-def _hand_written_loader(model: torch.nn.Module, splits: Splits, config: TrainConfig) -> None:
+def hand_written_loader(model: torch.nn.Module, splits: Splits, config: TrainConfig) -> None:
     """The same loop over torch DataLoaders, as most PyTorch code is written."""
     torch.manual_seed(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr)

@@ -10,6 +10,7 @@ import torch
 
 from workbench._validate import check_int
 from workbench.parallel.distributed import DistributedStrategy
+from workbench.train.compilation import uncompiled
 from workbench.train.step_time import Clock
 
 
@@ -55,10 +56,12 @@ class DataParallel(DistributedStrategy):
             clock.overlapped(overlapped)
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        model = uncompiled(model)
         return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
     def no_sync(self, model: torch.nn.Module, active: bool) -> contextlib.AbstractContextManager:
         """Skip the gradient all-reduce (for all but the last micro-batch of an accumulated step)."""
+        model = uncompiled(model)  # TrainConfig(compile=...) steps run DDP compiled
         if active and isinstance(model, torch.nn.parallel.DistributedDataParallel):
             return model.no_sync()
         return contextlib.nullcontext()

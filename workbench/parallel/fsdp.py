@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from workbench.parallel.sharded import ShardedStrategy
+from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
 
 
@@ -65,7 +66,12 @@ class FullyShardedDataParallel(ShardedStrategy):
         self.cpu_offload = bool(cpu_offload)
 
     def validate(self, model: nn.Module | None, config: TrainConfig, world_size: int | None = None) -> None:
-        """Raise ValueError for units that name no submodule, CPU offload without GPUs, or fp16."""
+        """Raise ValueError for units that name no submodule, CPU offload without GPUs, fp16 or compile."""
+        refuse_compile(
+            config.compile,
+            "FullyShardedDataParallel",
+            "compiling sharded blocks is not built here",
+        )
         if model is not None:
             self._unit_modules(model)
         if self.cpu_offload and not torch.cuda.is_available():

@@ -29,6 +29,7 @@ from torch import nn
 
 from workbench._validate import check_choice, check_int
 from workbench.parallel.distributed import DistributedStrategy
+from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
 from workbench.train.precision import Precision
 from workbench.train.step_time import NO_CLOCK, Clock
@@ -104,6 +105,7 @@ class PipelineParallel(DistributedStrategy):
         model, only what needs none.
         """
         world_size = self.world_size if world_size is None else world_size
+        refuse_compile(config.compile, "PipelineParallel", "its stages run inside torch's pipeline schedule")
         if model is not None:
             self.stage_names(model, world_size)
         elif self.split_points is not None and len(self.split_points) + 1 != world_size:

@@ -19,6 +19,7 @@ from typing import Any
 from torch import nn
 
 from workbench.parallel.sharded import ShardedStrategy
+from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
 
 STYLES = ("colwise", "rowwise")
@@ -59,6 +60,7 @@ class TensorParallel(ShardedStrategy):
         than colwise/rowwise, a size that does not divide among the ranks, or if fp16 is asked for.
         Without a model, only the styles and the precision are checked."""
         world_size = self.world_size if world_size is None else world_size
+        refuse_compile(config.compile, "TensorParallel", "compiling its DTensor layers is not built here")
         if config.precision == "fp16":
             raise ValueError("precision='fp16' is not supported with tensor parallel here; use 'bf16'")
         if model is None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from workbench._validate import check_choice, check_int
 from workbench.data import LoaderConfig
+from workbench.train.compilation import COMPILE_MODES
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine", "linear")
@@ -103,6 +104,10 @@ class TrainConfig:
         profile_steps: ``(first, last)``: record a torch.profiler trace of these optimizer steps (1-based,
             inclusive) on every rank into the run directory's ``profile/`` (see `workbench.train.profiling`);
             None: no profiling.
+        compile: ``"off"``, or a torch.compile mode (``"default"``, ``"reduce-overhead"``, ``"max-autotune"``,
+            ``"max-autotune-no-cudagraphs"``) for the module the training steps run; its compile time is
+            reported apart from the steps (see `workbench.train.compilation`). Single device and
+            `DataParallel` only.
 
     Example:
         >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
@@ -127,6 +132,7 @@ class TrainConfig:
     loader: LoaderConfig = field(default_factory=LoaderConfig)
     time_breakdown: bool = True
     profile_steps: tuple[int, int] | None = None
+    compile: str = "off"
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -143,6 +149,12 @@ class TrainConfig:
         check_choice("device", self.device, DEVICES)
         if self.profile_steps is not None:
             _check_profile_steps(self.profile_steps)
+        if isinstance(self.compile, bool):
+            raise ValueError(
+                f"compile must be a mode name, got {self.compile!r}; use compile='default' to compile "
+                f"(or one of {', '.join(map(repr, COMPILE_MODES[2:]))}) and compile='off' not to"
+            )
+        check_choice("compile", self.compile, COMPILE_MODES)
         if not isinstance(self.time_breakdown, bool):
             raise ValueError(f"time_breakdown must be True or False, got {self.time_breakdown!r}")
         if not isinstance(self.loader, LoaderConfig):

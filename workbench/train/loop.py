@@ -31,6 +31,7 @@ import torch
 from workbench.data import Dataset, as_splits, split_size
 from workbench.train import gradients
 from workbench.train.batches import lockstep, needs_lockstep, split_loaders, step_groups, with_last
+from workbench.train.compilation import CompileWatch, check_can_compile, compile_module
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes, TrainControl
 from workbench.train.evaluation import evaluate_shard
@@ -167,8 +168,14 @@ class Trainer:
                 "use device='auto' with a distributed strategy"
             )
         self.precision = resolve_precision(self.config.precision, self.device)
+        check_can_compile(self.config.compile, self.device)
         self.rank, self.world_size = self.strategy.rank, self.strategy.world_size
         self.model = self.strategy.wrap(model)  # on the device (a pipeline moves only its stage)
+        # the module the training steps call: compiled with TrainConfig(compile=...), else the model
+        compiling = self.config.compile != "off"
+        self._step_model = compile_module(self.model, self.config.compile) if compiling else self.model
+        self._compile_watch: CompileWatch | None = None
+        self.compile_report: dict[str, Any] | None = None  # the last fit's compile totals (compile=...)
         self.loss_fn = loss_fn
         self.splits = splits
         supervision = current_supervision()  # a launcher's event stream and control, inside its workers
@@ -271,6 +278,17 @@ class Trainer:
         )
 
     def _fit(self, resume: bool | str | os.PathLike) -> str:
+        watch = CompileWatch() if self.config.compile != "off" else None
+        with watch if watch is not None else contextlib.nullcontext():
+            self._compile_watch = watch
+            try:
+                return self._fit_watched(resume)
+            finally:
+                self._compile_watch = None
+                if watch is not None:
+                    self.compile_report = watch.report()
+
+    def _fit_watched(self, resume: bool | str | os.PathLike) -> str:
         self._start(resume)
         status = "finished"
         try:
@@ -355,6 +373,11 @@ class Trainer:
             if self._profiler is not None:
                 self._profiler.before_step(self.step + 1)
             loss, samples, grad_norm, checked_sum = self._run_step(group, interval if logged else None, clock)
+            if self._compile_watch is not None:  # compiling is reported apart, not as the step's time
+                compiled = self._compile_watch.take()
+                interval.exclude(sum(compiled.values()))
+                for phase, seconds in compiled.items():
+                    clock.set_aside(phase, seconds)
             self.step += 1
             if self._profiler is not None:
                 self._profiler.after_step(self.step)
@@ -390,7 +413,7 @@ class Trainer:
         probe = StepMemoryProbe(self.model, self.device) if self.step + 1 == self._memory_step else None
         clock.mark("other")
         with probe if probe is not None else contextlib.nullcontext():
-            parts = (self.model, group, self.objective, self.precision, self.scaler)
+            parts = (self._step_model, group, self.objective, self.precision, self.scaler)
             if self._strategy_takes_clock:
                 step_loss = self.strategy.forward_backward(*parts, clock)
             else:  # a strategy's own forward_backward written before the clock existed
@@ -451,6 +474,8 @@ class Trainer:
             metrics["memory"], self._memory = self._memory, None
         if isinstance(clock, StepClock):
             metrics["step_time"] = clock.report()
+        if self._compile_watch is not None:
+            metrics["compile"] = self._compile_watch.report()
         self._last["train"] = {"loss": metrics["loss"]}
         self.events.on_step(
             self._event(lr=self.optimizer.param_groups[0]["lr"], grad_norm=grad_norm, **metrics)
@@ -480,6 +505,8 @@ class Trainer:
             "error": None if error is None else f"{type(error).__name__}: {error}",
             "checkpoint": None if self.checkpoint is None else str(self.checkpoint),
         }
+        if self._compile_watch is not None:
+            summary["compile"] = self._compile_watch.report()
         summary.update(self._last)
         return self._event(**summary)
 

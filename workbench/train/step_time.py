@@ -15,8 +15,12 @@ it queued. The phases, in step order:
 - ``other``: the rest (the one-off memory probe, a single process's NaN check, zeroing gradients).
   Control requests and pauses between steps are outside the step, as they are outside ``samples_per_s``.
 
-The parts add up to ``total``, the step's wall time. A strategy that cannot separate a phase leaves it in
-another and says so in ``note`` (FSDP's all-gathers and reduce-scatters run inside forward and backward).
+With ``TrainConfig(compile=...)``, the seconds a step spent compiling (its first steps, and any recompile)
+are taken out of the phase they fell in and reported apart as ``compiling``, not in the sum.
+
+The parts add up to ``total``, the step's wall time (less any ``compiling``). A strategy that cannot
+separate a phase leaves it in another and says so in ``note`` (FSDP's all-gathers and reduce-scatters run
+inside forward and backward).
 
 Example:
     >>> import time
@@ -56,6 +60,7 @@ class StepClock:
         self._last = started
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.comm_overlapped = 0.0
+        self.compiling = 0.0
         self.note: str | None = None
 
     def mark(self, phase: str) -> None:
@@ -80,6 +85,13 @@ class StepClock:
         """Communication that ran while the step computed: reported, not in the sum."""
         self.comm_overlapped += seconds
 
+    def set_aside(self, phase: str, seconds: float) -> None:
+        """Up to `seconds` of `phase` were compiling (torch.compile): out of the phase and the sum,
+        reported as ``compiling``."""
+        moved = min(max(seconds, 0.0), self.seconds[phase])
+        self.seconds[phase] -= moved
+        self.compiling += moved
+
     def explain(self, note: str) -> None:
         """Say which phase holds time the strategy cannot separate (e.g. FSDP's communication)."""
         self.note = note
@@ -90,6 +102,8 @@ class StepClock:
         report: dict[str, Any] = dict(self.seconds)
         report["total"] = sum(self.seconds.values())
         report["comm_overlapped"] = self.comm_overlapped
+        if self.compiling:
+            report["compiling"] = self.compiling
         if self.note:
             report["note"] = self.note
         return report
@@ -110,6 +124,9 @@ class NoClock:
         pass
 
     def overlapped(self, seconds: float) -> None:
+        pass
+
+    def set_aside(self, phase: str, seconds: float) -> None:
         pass
 
     def explain(self, note: str) -> None:

@@ -1,0 +1,34 @@
+"""`workbench bench compile`: eager and compiled Trainers of a preset alternate; the table shows both."""
+
+import pytest
+
+from workbench.bench.compile import CompileComparison, table
+from workbench.cli import main
+
+
+def test_the_command_times_both_and_reports_the_compile(capsys):
+    assert main(["bench", "compile", "--presets", "digits-mlp", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("digits-mlp"))
+    cells = row.split()
+    assert float(cells[2]) > 0 and float(cells[3]) > 0  # eager and compiled ms per step
+    assert cells[4].endswith("×") and cells[7] == "s" and float(cells[6]) > 0  # speed-up (range); compile s
+
+
+def test_the_speed_up_is_each_repeat_s_eager_over_compiled():
+    result = CompileComparison("p", "default", 10, (2.0, 3.0, 2.0), (1.0, 2.0, 4.0), {"seconds": 5.0})
+    assert result.speedups == [2.0, 1.5, 0.5] and result.speedup == 1.5
+    assert "1.50× (0.50–2.00)" in table([result])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--presets", "nope"], "presets='nope' is not supported"),
+        (["--mode", "off"], "mode='off' is not supported"),
+        (["--repeats", "0"], "repeats must be an integer ≥ 1"),
+    ],
+)
+def test_bad_values_are_named(argv, message, capsys):
+    assert main(["bench", "compile", *argv]) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,113 @@
+"""What `TrainConfig(compile=...)` changes: eager and compiled Trainers on the same preset, side by side.
+
+    workbench bench compile                          # text-transformer, digits-mlp, images-cnn
+    workbench bench compile --presets text-transformer --repeats 7 --mode max-autotune-no-cudagraphs
+
+For each preset two Trainers start from the same weights (the preset's model and data, training split only,
+so evaluation does not dilute the steps): one eager, one compiled. The compiled one's first fit compiles
+(its seconds come from the Trainer's `compile_report`, apart). Then the two fit one epoch each, alternating,
+`repeats` times; each fit's seconds per step give the ratio eager / compiled of that repeat (> 1: compiled
+is faster). Printed: the medians, the ratios' median and range, compile seconds, graphs and graph breaks.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from workbench._validate import check_choice, check_int
+from workbench.data import Splits
+from workbench.presets import PRESETS, build_experiment
+from workbench.tables import text_table
+from workbench.train import Trainer
+from workbench.train.compilation import COMPILE_MODES
+
+DEFAULT_PRESETS = ("text-transformer", "digits-mlp", "images-cnn")
+
+
+@dataclass(frozen=True)
+class CompileComparison:
+    """One preset's eager and compiled seconds per step (every repeat, in order) and its compile report."""
+
+    preset: str
+    mode: str
+    steps: int
+    eager_s: tuple[float, ...]
+    compiled_s: tuple[float, ...]
+    compile_report: dict
+
+    @property
+    def speedups(self) -> list[float]:
+        """eager / compiled per repeat (the two fits of a repeat ran one after the other)."""
+        return [e / c for e, c in zip(self.eager_s, self.compiled_s, strict=True)]
+
+    @property
+    def speedup(self) -> float:
+        return statistics.median(self.speedups)
+
+
+def compare_compile(
+    presets: tuple[str, ...] = DEFAULT_PRESETS, *, mode: str = "default", repeats: int = 5, epochs: int = 1
+) -> list[CompileComparison]:
+    """Eager against compiled training of each preset (see the module's docstring)."""
+    check_int("repeats", repeats, minimum=1)
+    check_int("epochs", epochs, minimum=1)
+    check_choice("mode", mode, COMPILE_MODES[1:])
+    for name in presets:
+        check_choice("presets", name, PRESETS)
+    return [_compare(name, mode, repeats, epochs) for name in presets]
+
+
+def _compare(name: str, mode: str, repeats: int, epochs: int) -> CompileComparison:
+    experiment = build_experiment(name, epochs=epochs, log_every=10**6)
+    splits = Splits(experiment.splits.train)  # training steps only
+    trainers = {}
+    for variant in ("off", mode):
+        model = copy.deepcopy(experiment.model)  # the same starting weights
+        config = experiment.config.replace(compile=variant)
+        trainers[variant] = Trainer(model, experiment.loss_fn, splits, config)
+    trainers[mode].fit()  # compiles (and a fit of the eager one, so both are warm)
+    report = trainers[mode].compile_report or {}
+    trainers["off"].fit()
+    seconds: dict[str, list[float]] = {"off": [], mode: []}
+    for _ in range(repeats):
+        for variant, trainer in trainers.items():
+            started = time.perf_counter()
+            result = trainer.fit()
+            seconds[variant].append((time.perf_counter() - started) / result.step)
+    return CompileComparison(
+        name,
+        mode,
+        trainers["off"].total_steps or 0,
+        tuple(seconds["off"]),
+        tuple(seconds[mode]),
+        report,
+    )
+
+
+def table(results: list[CompileComparison]) -> str:
+    """The comparison as a text table: ms per step, speed-up (median and range), compile cost."""
+    rows = []
+    for result in results:
+        speedups, report = result.speedups, result.compile_report
+        rows.append(
+            [
+                result.preset,
+                str(result.steps),
+                f"{1e3 * statistics.median(result.eager_s):.2f}",
+                f"{1e3 * statistics.median(result.compiled_s):.2f}",
+                f"{result.speedup:.2f}× ({min(speedups):.2f}–{max(speedups):.2f})",
+                f"{report.get('seconds', 0):.1f} s",
+                str(report.get("graphs", 0)),
+                str(report.get("graph_breaks", 0)),
+            ]
+        )
+    header = ["preset", "steps", "eager ms/step", "compiled ms/step", "speed-up", "compile", "graphs"]
+    header.append("breaks")
+    threads = torch.get_num_threads()
+    note = f"(torch threads: {threads}; speed-up = eager / compiled time per step)"
+    return f"{text_table(header, rows)}\n{note}"
