@@ -170,3 +170,13 @@ def test_the_printed_command_pasted_on_one_machine_of_two_stops_after_the_join_t
     assert "error: not all 2 machines joined the rendezvous at 127.0.0.1:" in pasted.stderr
     assert "within 5 s; run the same command on each machine" in pasted.stderr
     assert time.monotonic() - started < 5 + 30  # not torchrun's default of 600 s
+
+
+def test_compile_trains_compiled_and_reports_the_compile_apart(tmp_path, capsys):
+    args = ["train", "digits-mlp", "--epochs", "1", "--compile", "default", "--run", "c"]
+    assert main([*args, "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "compiled in " in out and " graphs, 0 graph breaks" in out
+    steps = read_metrics(tmp_path / "c", kind="step")
+    assert steps and all(step["compile"]["seconds"] > 0 for step in steps)
+    assert read_metrics(tmp_path / "c", kind="fit_end")[0]["compile"]["graphs"] >= 1

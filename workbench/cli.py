@@ -140,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_train(commands: argparse._SubParsersAction) -> None:
+    from workbench.train.compilation import COMPILE_MODES
     from workbench.train.config import OPTIMIZERS, PRECISIONS, SCHEDULES
 
     train = commands.add_parser("train", help="train a preset model with a progress bar")
@@ -154,6 +155,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--schedule", choices=SCHEDULES)
     train.add_argument("--warmup-steps", type=int)
     train.add_argument("--precision", choices=PRECISIONS)
+    train.add_argument(
+        "--compile", choices=COMPILE_MODES, help="torch.compile mode (single process or ddp; default off)"
+    )
     train.add_argument("--clip-norm", type=float)
     train.add_argument("--clip-value", type=float)
     train.add_argument("--accumulate", type=int, help="micro-batches per optimizer step")
@@ -318,6 +322,7 @@ _CHANGEABLE = (
     "schedule",
     "warmup_steps",
     "precision",
+    "compile",
     "clip_norm",
     "clip_value",
     "accumulate",
@@ -350,6 +355,7 @@ def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None)
 
     from workbench.tables import text_table
     from workbench.train import Trainer
+    from workbench.train.compilation import describe_compile
     from workbench.train.progress import ConsoleProgress
 
     experiment = _experiment(args) if experiment is None else experiment
@@ -380,6 +386,8 @@ def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None)
         + (f" ({torch.get_num_threads()} threads)" if strategy is None else "")
         + (f"; checkpoint {result.checkpoint}" if result.checkpoint else "")
     )
+    if trainer.compile_report is not None:
+        print(describe_compile(trainer.compile_report))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`workbench bench trainer --peers`: the same training in each installed peer, alternating with the hand loop."""
+"""`workbench bench trainer --peers`: the same training in every installed peer, beside a hand loop."""
 
 import importlib.util
 
@@ -17,7 +17,8 @@ def test_every_installed_peer_trains_and_is_timed_against_the_hand_loop():
 
 def test_a_peer_that_is_not_installed_is_skipped_with_the_fix(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "accelerate" else real(name))
+    hidden = lambda name: None if name == "accelerate" else real(name)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", hidden)
     result = peers.benchmark_peers(repeats=1, epochs=1, n_samples=256)
     assert "Accelerate" not in result.seconds
     assert "not installed (pip install accelerate, or the `peers` extra)" in result.table()

@@ -189,3 +189,19 @@ def refuse_compile(mode: str, strategy: str, why: str) -> None:
             f"compile={mode!r} is not supported with {strategy} ({why}); use compile='off' with it "
             "(compile works on one device and with DataParallel)"
         )
+
+
+def describe_compile(report: dict[str, Any]) -> str:
+    """One line for a `CompileWatch` report.
+
+    Example:
+        >>> describe_compile({"seconds": 7.52, "compiles": 2, "graphs": 2, "graph_breaks": 1,
+        ...                   "break_reasons": ["Call to `torch._dynamo.graph_break()`"]})
+        'compiled in 7.5 s: 2 graphs, 1 graph break (Call to `torch._dynamo.graph_break()`)'
+    """
+    breaks = report["graph_breaks"]
+    line = f"compiled in {report['seconds']:.1f} s: {report['graphs']} graph{'s' * (report['graphs'] != 1)}, "
+    line += f"{breaks} graph break{'s' * (breaks != 1)}"
+    if report["break_reasons"]:
+        line += f" ({'; '.join(report['break_reasons'])})"
+    return line
