@@ -125,23 +125,33 @@ def _check_hardware(page) -> None:
     assert any("total per device" in t for t in tables), "the estimator shows no answer"
 
 
+def _check_where_the_time_goes(page) -> None:
+    text = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+    for line in ("same losses to 1e-5: True", "every rank reported: True", "compiled in "):
+        assert line in text, f"{line!r} is not in the notebook's outputs"
+    tables = page.locator(".jp-OutputArea-output table").count()
+    assert tables >= 1, "the profiler's top operators are missing"
+
+
 EXTRA_CHECKS = {
     "02_optimizers.ipynb": _check_optimizers,
     "03_data_parallel.ipynb": _check_data_parallel,
     "04_model_parallel.ipynb": _check_model_parallel,
     "06_hardware_and_estimates.ipynb": _check_hardware,
     "08_your_own_model.ipynb": _check_your_own_model,
+    "09_where_the_time_goes.ipynb": _check_where_the_time_goes,
 }
 # plots each notebook shows at least (02: four loss plots; 04: three dashboards of loss, devices and memory,
 # the pipeline's timeline, estimate, single-process memory, bubble, activations, a timeline, all runs, memory
 # summary; 06: inspector, memory, roofline, estimator; 08: the files, the dashboard's loss and devices, the
-# hand-written loop's loss plot and device monitor)
+# hand-written loop's loss plot and device monitor; 09: the two breakdowns)
 MIN_PLOTS = {
     "02_optimizers.ipynb": 4,
     "03_data_parallel.ipynb": 3,
     "04_model_parallel.ipynb": 17,
     "06_hardware_and_estimates.ipynb": 4,
     "08_your_own_model.ipynb": 5,
+    "09_where_the_time_goes.ipynb": 2,
 }
 
 

@@ -13,7 +13,7 @@ else (strings, numbers, None) is left as it is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -21,17 +21,27 @@ import torch
 
 def move_batch(batch: Any, device: torch.device, *, non_blocking: bool = False) -> Any:
     """`batch` with every tensor in it on `device` (the same structure; non-tensors untouched)."""
+    return map_tensors(batch, lambda tensor: tensor.to(device, non_blocking=non_blocking))
+
+
+def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """`batch` with `fn` applied to every tensor in it (the same structure; non-tensors untouched).
+
+    Example:
+        >>> map_tensors({"x": torch.ones(2), "n": 3}, lambda t: t * 2)["x"]
+        tensor([2., 2.])
+    """
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
+        return fn(batch)
     if type(batch) is tuple:  # the common (inputs, target) pair: no generic machinery
-        return tuple(move_batch(part, device, non_blocking=non_blocking) for part in batch)
+        return tuple(map_tensors(part, fn) for part in batch)
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(move_batch(part, device, non_blocking=non_blocking) for part in batch))
+        return type(batch)(*(map_tensors(part, fn) for part in batch))
     if isinstance(batch, list | tuple):
-        return type(batch)(move_batch(part, device, non_blocking=non_blocking) for part in batch)
+        return type(batch)(map_tensors(part, fn) for part in batch)
     if isinstance(batch, Mapping):
-        moved = {key: move_batch(value, device, non_blocking=non_blocking) for key, value in batch.items()}
-        return moved if type(batch) is dict else _same_mapping(batch, moved)
+        mapped = {key: map_tensors(value, fn) for key, value in batch.items()}
+        return mapped if type(batch) is dict else _same_mapping(batch, mapped)
     return batch
 
 

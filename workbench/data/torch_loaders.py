@@ -27,10 +27,12 @@ Loader options (workers, pinning, collate_fn...) come from a `LoaderConfig`.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch.utils.data import (
     DataLoader,
     IterableDataset,
@@ -50,7 +52,9 @@ class LoaderConfig:
     """How torch datasets are loaded (the in-memory workbench datasets need none of this).
 
     Args:
-        num_workers: DataLoader worker processes, ≥ 0 (0: load in the training process).
+        num_workers: DataLoader worker processes, ≥ 0 (0: load in the training process); None: chosen by
+            device (`default_workers`: none on CPU, where training uses every core; on CUDA a few per GPU
+            for a map-style dataset, so loading overlaps the GPU's work).
         pin_memory: page-locked batches for faster, asynchronous copies to the GPU; None: on when
             training on CUDA.
         persistent_workers: keep workers alive between epochs; None: on when there are workers and the
@@ -65,10 +69,10 @@ class LoaderConfig:
         >>> LoaderConfig(prefetch_factor=4)
         Traceback (most recent call last):
         ...
-        ValueError: prefetch_factor=4 needs num_workers ≥ 1 (got num_workers=0): ...
+        ValueError: prefetch_factor=4 needs num_workers ≥ 1 (got num_workers=None): ...
     """
 
-    num_workers: int = 0
+    num_workers: int | None = None
     pin_memory: bool | None = None
     persistent_workers: bool | None = None
     prefetch_factor: int | None = None
@@ -76,7 +80,8 @@ class LoaderConfig:
     drop_last: bool = False
 
     def __post_init__(self) -> None:
-        check_int("num_workers", self.num_workers, minimum=0)
+        if self.num_workers is not None:
+            check_int("num_workers", self.num_workers, minimum=0)
         for name in ("pin_memory", "persistent_workers"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
@@ -85,15 +90,16 @@ class LoaderConfig:
             raise ValueError(f"drop_last must be True or False, got {self.drop_last!r}")
         if self.prefetch_factor is not None:
             check_int("prefetch_factor", self.prefetch_factor, minimum=1)
-            if self.num_workers == 0:
+            if not self.num_workers:  # 0, or None (chosen by device: none on CPU)
                 raise ValueError(
-                    f"prefetch_factor={self.prefetch_factor} needs num_workers ≥ 1 (got num_workers=0): "
+                    f"prefetch_factor={self.prefetch_factor} needs num_workers ≥ 1 (got "
+                    f"num_workers={self.num_workers}): "
                     "prefetching is done by workers; set num_workers or leave prefetch_factor=None"
                 )
-        if self.persistent_workers and self.num_workers == 0:
+        if self.persistent_workers and not self.num_workers:
             raise ValueError(
-                "persistent_workers=True needs num_workers ≥ 1 (got num_workers=0); set num_workers or "
-                "leave persistent_workers=None"
+                f"persistent_workers=True needs num_workers ≥ 1 (got num_workers={self.num_workers}); set "
+                "num_workers or leave persistent_workers=None"
             )
         if self.collate_fn is not None and not callable(self.collate_fn):
             raise ValueError(
@@ -103,12 +109,16 @@ class LoaderConfig:
 
     def options(self, device_type: str, *, map_style: bool) -> dict[str, Any]:
         """DataLoader keyword arguments for training on `device_type` ("cpu" or "cuda")."""
+        workers = self.num_workers
+        if workers is None:
+            gpus = torch.cuda.device_count() if device_type == "cuda" else 0
+            workers = default_workers(device_type, map_style=map_style, gpus=gpus)
         options: dict[str, Any] = {
-            "num_workers": self.num_workers,
+            "num_workers": workers,
             "pin_memory": device_type == "cuda" if self.pin_memory is None else self.pin_memory,
             "collate_fn": self.collate_fn,
         }
-        if self.num_workers > 0:
+        if workers > 0:
             persistent = map_style if self.persistent_workers is None else self.persistent_workers
             options["persistent_workers"] = persistent
             if self.prefetch_factor is not None:
@@ -121,6 +131,24 @@ class LoaderConfig:
         collate = fields["collate_fn"]
         fields["collate_fn"] = None if collate is None else _qualified_name(collate)
         return fields
+
+
+def default_workers(device_type: str, *, map_style: bool, cpu_count: int | None = None, gpus: int = 1) -> int:
+    """DataLoader workers when `LoaderConfig.num_workers` is None: 0 on CPU (the training process uses the
+    cores) and for iterable datasets (each worker would read the whole stream); on CUDA, a map-style dataset
+    gets up to 4 per GPU, leaving each GPU's training process a core.
+
+    Example:
+        >>> default_workers("cpu", map_style=True), default_workers("cuda", map_style=False)
+        (0, 0)
+        >>> default_workers("cuda", map_style=True, cpu_count=16, gpus=8), default_workers(
+        ...     "cuda", map_style=True, cpu_count=64, gpus=8)
+        (1, 4)
+    """
+    if device_type != "cuda" or not map_style:
+        return 0
+    cores = cpu_count if cpu_count is not None else len(os.sched_getaffinity(0))
+    return max(0, min(4, cores // max(gpus, 1) - 1))
 
 
 class ShardSampler(Sampler[int]):

@@ -3,12 +3,14 @@ optimizer step."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 
 from workbench.data import Dataset, ShardedLoader, Splits, TorchLoader, split_size, torch_loader
+from workbench.data.device_feed import device_resident, prefetch_to_device
 from workbench.train.config import TrainConfig
 from workbench.train.strategy import Batch, Strategy
 
@@ -20,7 +22,8 @@ def split_loaders(splits: Splits, config: TrainConfig, strategy: Strategy) -> di
     the same number of steps, val and test in order and uneven (every sample counted once).
 
     A workbench `Dataset` takes the in-memory fast path (`ShardedLoader`: index the tensors, no
-    DataLoader); torch datasets and DataLoaders go through `torch_loader` with ``config.loader``.
+    DataLoader), on a GPU from the device's memory when it fits there (`device_resident`); torch datasets
+    and DataLoaders go through `torch_loader` with ``config.loader``.
     """
     loaders: dict[str, Loader] = {}
     for name in ("train", "val", "test"):
@@ -29,6 +32,7 @@ def split_loaders(splits: Splits, config: TrainConfig, strategy: Strategy) -> di
             continue
         common = {"seed": config.seed, "rank": strategy.data_rank, "world_size": strategy.data_world_size}
         if isinstance(data, Dataset):
+            data = device_resident(data, strategy.device)
             remainder = "pad" if name == "train" else "uneven"
             loaders[name] = ShardedLoader(
                 data, config.batch_size, shuffle=name == "train", remainder=remainder, **common
@@ -79,6 +83,17 @@ def with_last(items: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
         following = next(iterator, sentinel)
         yield current, following is sentinel
         current = following
+
+
+def device_batches(loader: Loader, device: torch.device, skip: int = 0) -> Iterator[Batch]:
+    """The loader's batches after the first `skip` (used before a resume), on a GPU each copied one batch
+    ahead from pinned memory (`prefetch_to_device`); on a CPU as the loader gives them.
+
+    Example:
+        >>> list(device_batches([1, 2, 3, 4], torch.device("cpu"), skip=1))
+        [2, 3, 4]
+    """
+    return prefetch_to_device(itertools.islice(loader, skip, None), device)
 
 
 def step_groups(batches: Iterable[Batch], accumulate: int, skip: int = 0) -> Iterator[list[Batch]]:

@@ -30,7 +30,14 @@ import torch
 
 from workbench.data import Dataset, as_splits, split_size
 from workbench.train import gradients
-from workbench.train.batches import lockstep, needs_lockstep, split_loaders, step_groups, with_last
+from workbench.train.batches import (
+    device_batches,
+    lockstep,
+    needs_lockstep,
+    split_loaders,
+    step_groups,
+    with_last,
+)
 from workbench.train.compilation import CompileWatch, check_can_compile, compile_module
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes, TrainControl
@@ -349,7 +356,7 @@ class Trainer:
         loader = self._loaders["train"]
         loader.set_epoch(self.epoch)
         interval = LogWindow()
-        groups = step_groups(loader, self.config.accumulate, skip=self._position)
+        groups = step_groups(device_batches(loader, self.device, self._position), self.config.accumulate)
         if needs_lockstep(loader, self.strategy):
             groups = lockstep(groups, self.strategy)
         batches = iter(with_last(groups))
