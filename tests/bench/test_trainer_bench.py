@@ -12,6 +12,7 @@ def test_small_benchmark_measures_every_row():
     timings = (result.hand_written_s, result.trainer_s, result.hand_loader_s, result.trainer_loader_s)
     assert min(*timings, result.dashboard_s, result.background_s, result.logged_s) > 0
     assert result.loader_ratio == result.trainer_loader_s / result.hand_loader_s
+    assert result.hand_fused_s > 0 and result.loop_ratio == result.trainer_s / result.hand_fused_s
     assert result.untimed_s > 0 and result.breakdown_ratio == result.trainer_s / result.untimed_s
     assert 0 < result.breakdown_s < 1e-3 and result.logged_steps == 1  # of 2 steps, the epoch's last
     assert result.breakdown_work_ratio == pytest.approx(1 + result.breakdown_s / result.trainer_s)
@@ -27,6 +28,7 @@ def test_small_benchmark_measures_every_row():
     table = result.table()
     rows = (
         "hand-written loop",
+        "the hand-written loop with fused Adam too",
         "Trainer over a torch Dataset",
         "Trainer, time breakdown on (default) / off",
         "the step clock's own work in the logged steps",

@@ -25,10 +25,11 @@ def _mlp(seed=0, dropout=0.0):
     return models.mlp(64, 10, hidden=(32,), dropout=dropout)
 
 
-def _hand_written_loop(model, splits, config):
-    """What a PyTorch user writes by hand: the reference the Trainer must match exactly."""
+def _hand_written_loop(model, splits, config, fused=True):
+    """What a PyTorch user writes by hand: the reference the Trainer must match exactly (with the optimizer
+    the Trainer builds: torch's fused Adam), or closely (with torch's default Adam: `fused=False`)."""
     torch.manual_seed(config.seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr, fused=fused)
     loader = ShardedLoader(splits.train, config.batch_size, shuffle=True, seed=config.seed)
     for epoch in range(config.epochs):
         loader.set_epoch(epoch)
@@ -69,6 +70,10 @@ def test_same_final_parameters_as_a_hand_written_loop(digits_splits):
     Trainer(trained, functional.cross_entropy, digits_splits, config).fit()
     reference = _hand_written_loop(_mlp(dropout=0.2), digits_splits, config)
     _assert_same_parameters(trained, reference)
+    # torch's default Adam (one parameter at a time) is the same math, to float rounding
+    default = _hand_written_loop(_mlp(dropout=0.2), digits_splits, config, fused=False)
+    for p, q in zip(trained.parameters(), default.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
 
 
 def test_accumulation_equals_one_big_batch(regression_splits):

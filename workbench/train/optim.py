@@ -14,23 +14,41 @@ OptimizerFactory = Callable[[Iterable[torch.nn.Parameter], OptimizerConfig], tor
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimizerConfig) -> torch.optim.Optimizer:
-    """The torch optimizer `config` names, at `config.lr`.
+    """The torch optimizer `config` names, at `config.lr`, in torch's fused implementation (one kernel for
+    every parameter) where torch has one for the parameters' device and kind, else torch's default.
+
+    torch's default on a CPU updates one parameter at a time; its fused Adam took 0.38 ms a step against
+    5.0 ms on `workbench bench trainer`'s MLP (2 cores), the same math to float rounding (parameters within
+    2e-8 after 20 steps). Sharded parameters (FSDP's and tensor parallel's DTensors) keep the default.
 
     Example:
         >>> config = OptimizerConfig("sgd", lr=0.1, momentum=0.9)
-        >>> build_optimizer(torch.nn.Linear(3, 1).parameters(), config).defaults["momentum"]
-        0.9
+        >>> optimizer = build_optimizer(torch.nn.Linear(3, 1).parameters(), config)
+        >>> optimizer.defaults["momentum"], optimizer.defaults["fused"]
+        (0.9, True)
     """
+    params = list(params)
     if config.name == "sgd":
-        return torch.optim.SGD(
-            params,
-            lr=config.lr,
-            momentum=config.momentum,
-            nesterov=config.nesterov,
-            weight_decay=config.weight_decay,
-        )
-    optimizer_class = torch.optim.Adam if config.name == "adam" else torch.optim.AdamW
-    return optimizer_class(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+        optimizer_class: type[torch.optim.Optimizer] = torch.optim.SGD
+        options: dict[str, Any] = {"momentum": config.momentum, "nesterov": config.nesterov}
+    else:
+        optimizer_class = torch.optim.Adam if config.name == "adam" else torch.optim.AdamW
+        options = {"betas": config.betas}
+    options.update(lr=config.lr, weight_decay=config.weight_decay)
+    if _plain_tensors(params):
+        try:
+            return optimizer_class(params, fused=True, **options)
+        except RuntimeError:  # no fused kernel for this device or dtype: torch's default below
+            pass
+    return optimizer_class(params, **options)
+
+
+def _plain_tensors(params: list[Any]) -> bool:
+    """Whether every parameter is a plain floating tensor (not a DTensor or another subclass, nor a dict of
+    options: a param group)."""
+    return all(
+        isinstance(p, torch.Tensor) and type(p.data) is torch.Tensor and p.is_floating_point() for p in params
+    )
 
 
 def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0) -> float:
