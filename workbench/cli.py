@@ -729,6 +729,7 @@ def _bench_ddp(args: argparse.Namespace) -> int:
     )
     print(result.table())
     print(f"speed-up {result.speedup:.2f}× with {args.nprocs} processes (ideal {args.nprocs}×)")
+    print(result.breakdown())
     return 0
 
 

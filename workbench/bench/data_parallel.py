@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.nn import functional
@@ -28,6 +28,7 @@ from workbench.parallel import launch
 from workbench.tables import text_table
 from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Event
+from workbench.train.step_time import PHASES
 
 FEATURES, HIDDEN, CLASSES = 1024, (1024, 1024), 10
 
@@ -40,6 +41,7 @@ class Throughput:
     threads: int
     samples_per_s: float
     seconds_per_step: float
+    phases: dict[str, float] = field(default_factory=dict)  # rank 0's median seconds per step_time phase
 
 
 @dataclass(frozen=True)
@@ -69,17 +71,45 @@ class DataParallelBenchmark:
         ]
         return text_table(["run", "samples/s", "ms/step", "vs 1 process"], rows)
 
+    def breakdown(self) -> str:
+        """Where rank 0's step time goes in both runs (median ms per phase), and what the parallel run adds:
+        the part of ideal scaling that is lost."""
+        runs = [t for t in (self.baseline, self.parallel) if t.phases]
+        if not runs:
+            return ""
+        rows = [[f"{t.processes} process{'es' if t.processes > 1 else ''}"] for t in runs]
+        for row, run in zip(rows, runs, strict=True):
+            row += [f"{1e3 * run.phases[phase]:.1f}" for phase in PHASES]
+            row.append(f"{1e3 * run.phases['comm_overlapped']:.1f}")
+        table = text_table(["rank 0, ms per step", *PHASES, "overlapped"], rows)
+        if len(runs) < 2:
+            return table
+        added = {phase: self.parallel.phases[phase] - self.baseline.phases[phase] for phase in PHASES}
+        largest = sorted(added, key=lambda phase: -added[phase])[:2]
+        parts = ", ".join(f"{phase} {1e3 * added[phase]:+.1f} ms" for phase in largest)
+        return f"{table}\nthe parallel step's extra time: {parts} (comm: all-reduce not hidden by backward)"
+
 
 class _StepClock(Callback):
-    """Rank 0's step times after the warm-up (every step is logged)."""
+    """Rank 0's step times and phase breakdowns after the warm-up (every step is logged)."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
         self.times: list[float] = []
+        self.breakdowns: list[dict] = []
 
     def on_step(self, metrics: Event) -> None:
         if metrics["step"] >= self.warmup:
             self.times.append(time.perf_counter())
+            if "step_time" in metrics:
+                self.breakdowns.append(metrics["step_time"])
+
+    def median_phases(self) -> dict[str, float]:
+        """Median seconds of each phase (and of the overlapped all-reduce) over the steps after warm-up."""
+        if not self.breakdowns:
+            return {}
+        keys = (*PHASES, "comm_overlapped")
+        return {key: statistics.median(b[key] for b in self.breakdowns) for key in keys}
 
     def median_step_s(self) -> float:
         """The median time between consecutive steps: one slow step (a background process) does not count."""
@@ -95,13 +125,13 @@ def _synthetic_splits(samples: int, seed: int = 0) -> Splits:
     return Splits(train, empty, empty)
 
 
-def _measure(strategy, splits: Splits, config: TrainConfig, warmup: int) -> float:
-    """Runs in each worker: train; rank 0's median seconds per step after the warm-up."""
+def _measure(strategy, splits: Splits, config: TrainConfig, warmup: int) -> tuple[float, dict[str, float]]:
+    """Runs in each worker: train; rank 0's median seconds per step after the warm-up, and per phase."""
     torch.manual_seed(0)
     model = models.mlp(FEATURES, CLASSES, hidden=HIDDEN)
     clock = _StepClock(warmup)
     Trainer(model, functional.cross_entropy, splits, config, strategy=strategy, callbacks=[clock]).fit()
-    return clock.median_step_s()
+    return clock.median_step_s(), clock.median_phases()
 
 
 def benchmark_data_parallel(
@@ -125,9 +155,9 @@ def benchmark_data_parallel(
     results = []
     for processes in (1, nprocs):
         splits = _synthetic_splits(batch_per_rank * processes * steps)
-        step_s = launch(
+        step_s, phases = launch(
             _measure, processes, args=(splits, config, warmup), threads_per_process=threads, verbose=False
         )
-        results.append(Throughput(processes, threads, batch_per_rank * processes / step_s, step_s))
+        results.append(Throughput(processes, threads, batch_per_rank * processes / step_s, step_s, phases))
     parameters = sum(p.numel() for p in models.mlp(FEATURES, CLASSES, hidden=HIDDEN).parameters())
     return DataParallelBenchmark(results[0], results[1], batch_per_rank, parameters)
