@@ -20,9 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench.parallel.collective_times import CollectiveTimes, TimedAllGather, TimedReduceScatter
 from workbench.parallel.sharded import ShardedStrategy
 from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
+from workbench.train.step_time import Clock
 
 
 class FullyShardedDataParallel(ShardedStrategy):
@@ -64,6 +66,7 @@ class FullyShardedDataParallel(ShardedStrategy):
         self.units = None if units is None else list(units)
         self.reshard_after_forward = bool(reshard_after_forward)
         self.cpu_offload = bool(cpu_offload)
+        self._collectives: CollectiveTimes | None = None  # timed on CPU (gloo): see wrap
 
     def validate(self, model: nn.Module | None, config: TrainConfig, world_size: int | None = None) -> None:
         """Raise ValueError for units that name no submodule, CPU offload without GPUs, fp16 or compile."""
@@ -99,11 +102,32 @@ class FullyShardedDataParallel(ShardedStrategy):
             "offload_policy": CPUOffloadPolicy() if self.cpu_offload else OffloadPolicy(),
         }
         model.to(self.device)
-        for unit in self._unit_modules(model):
+        units = self._unit_modules(model)
+        for unit in units:
             fully_shard(unit, **options)
         fully_shard(model, **options)
+        if self.device.type == "cpu":  # synchronous collectives: their calls are the rank's waits
+            self._collectives = CollectiveTimes()
+            for module in (*units, model):
+                module.set_custom_all_gather(TimedAllGather(self._collectives))
+                module.set_custom_reduce_scatter(TimedReduceScatter(self._collectives))
         self.module = model
         return model
+
+    def forward_backward(
+        self, model: nn.Module, group: list, *args: Any, **kwargs: Any
+    ) -> torch.Tensor | None:
+        if self._collectives is not None:
+            self._collectives.take()  # an evaluation's all-gathers since the last step are not this step's
+        return super().forward_backward(model, group, *args, **kwargs)
+
+    def split_collectives(self, clock: Clock, phase: str) -> None:
+        """On CPU: the all-gathers and reduce-scatters of `phase`, timed call by call, are communication
+        (synchronous: all exposed). On GPUs they stay inside forward and backward, as the step says."""
+        if self._collectives is None:
+            super().split_collectives(clock, phase)
+        else:
+            clock.move(phase, "comm", self._collectives.take())
 
     def no_sync(self, model: nn.Module, active: bool) -> contextlib.AbstractContextManager:
         """Accumulate unsharded gradients without reduce-scattering them (all but the last micro-batch)."""

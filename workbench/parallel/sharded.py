@@ -21,7 +21,13 @@ class ShardedStrategy(DistributedStrategy):
     """A `DistributedStrategy` whose model holds DTensors on a 1-D device mesh of every rank."""
 
     def backward(self, loss: torch.Tensor, clock: Clock) -> None:
+        self.split_collectives(clock, "forward")
         super().backward(loss, clock)
+        self.split_collectives(clock, "backward")
+
+    def split_collectives(self, clock: Clock, phase: str) -> None:
+        """Count the collectives this rank waited for during `phase` (just marked) as communication; here
+        they cannot be separated, and the step says so (FSDP on CPU overrides this)."""
         clock.explain(
             f"{self.name}: the collectives (all-gathers, reduce-scatters, all-reduces) run inside forward "
             "and backward and are counted there"

@@ -8,7 +8,8 @@ it queued. The phases, in step order:
 - ``copy``: moving the batch to the device;
 - ``forward``, ``backward``: the model's passes (a pipeline stage: its passes' spans);
 - ``comm``: communication the step waited for (DDP: the part of the gradient all-reduce that did not
-  overlap backward; a pipeline stage: its time outside its own passes); what overlapped is reported apart,
+  overlap backward; a pipeline stage: its time outside its own passes; FSDP on CPU: its all-gathers and
+  reduce-scatters, each a synchronous call); what overlapped is reported apart,
   as ``comm_overlapped``, and is not in the sum; with several ranks, also the logged loss summed over
   them (the NaN check), where a rank waits for the slowest;
 - ``optimizer``: clipping and the optimizer step;
@@ -19,8 +20,8 @@ With ``TrainConfig(compile=...)``, the seconds a step spent compiling (its first
 are taken out of the phase they fell in and reported apart as ``compiling``, not in the sum.
 
 The parts add up to ``total``, the step's wall time (less any ``compiling``). A strategy that cannot
-separate a phase leaves it in another and says so in ``note`` (FSDP's all-gathers and reduce-scatters run
-inside forward and backward).
+separate a phase leaves it in another and says so in ``note`` (tensor parallel's collectives, and FSDP's on
+GPUs, run inside forward and backward).
 
 Example:
     >>> import time
