@@ -3,7 +3,8 @@
 The bug this guards against: the kernel handles a click only between cells, so with Run All (the next cell
 blocking in ``wait()``) Pause looked pressed while training went on. Here JupyterLab runs a notebook with
 Run All; while its ``await dashboard.wait_async()`` cell runs (prompt ``[*]``, later cells queued), the test
-presses Pause (the step count must hold ≥ 2 s and the status say paused), Resume, types an lr and presses
+presses Pause (the step count must hold ≥ 2 s and the status say paused), Resume, Profile (a trace
+of 5 steps is reported below the buttons), types an lr and presses
 Apply (the logged lr changes at a later step), picks a metric in the metric plot's dropdown and toggles the
 loss plot's log axis, all of that twice, then Stop (status stopped, a checkpoint written). Once for a
 `Trainer` and once for a 2-process `Launch` (with a CPU line per worker in the device monitor).
@@ -127,6 +128,10 @@ def test_pause_resume_apply_and_stop_act_under_run_all_while_the_next_cell_await
         raise
 
 
+def _profile_text(dashboard) -> str:
+    return dashboard.locator(".workbench-profile").inner_text()
+
+
 def _drive_the_controls(page, dashboard, job: str) -> None:
     dashboard.wait_for(timeout=120_000)
     _until(lambda: "running" in _status(dashboard) and _step(dashboard) >= 20, "training runs", timeout=120)
@@ -148,6 +153,15 @@ def _drive_the_controls(page, dashboard, job: str) -> None:
         dashboard.locator("button", has_text="Resume").click()
         _until(lambda held=held_at: _step(dashboard) > held + 5, "training resumes", timeout=20)
         assert "running" in _status(dashboard)
+        if cycle == 0:  # a profiler trace of the next steps, on every rank, said where below the buttons
+            dashboard.locator("button", has_text="Profile").click()
+            _until(
+                lambda: "profiled steps" in _profile_text(dashboard), "the profile is reported", timeout=30
+            )
+            first, last = map(
+                int, re.search(r"profiled steps (\d+)–(\d+)", _profile_text(dashboard)).groups()
+            )
+            assert last - first == 4 and "rank0.json" in _profile_text(dashboard), _profile_text(dashboard)
 
         lr_field = dashboard.locator(".workbench-lr input")
         lr_field.fill(str(new_lr))

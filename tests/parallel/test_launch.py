@@ -374,3 +374,30 @@ def test_a_rank_that_hangs_in_a_function_without_collectives_is_named_within_the
     assert info.value.rank == 1
     assert "sleeps_on_rank_1_without_collectives" in str(info.value)  # its stack
     assert _pids_gone(job.pids)
+
+
+def test_a_profile_request_traces_the_same_steps_on_every_rank(tmp_path):
+    control = TrainControl()
+    reported = []
+
+    class ProfileAtThree(Callback):
+        def on_step(self, metrics):
+            if metrics["step"] == 3 and metrics["rank"] == 0:
+                control.profile(2)
+            if "profile" in metrics:
+                reported.append((metrics["rank"], metrics["profile"]["steps"]))
+
+    def train(strategy):
+        config = _config(epochs=3, log_every=1)
+        trainer = Trainer(
+            _model(), torch.nn.functional.mse_loss, _splits(), config, strategy=strategy, run="profiled",
+            runs_dir=tmp_path,
+        )  # fmt: skip
+        trainer.fit()
+        return strategy.gather_object(trainer.profile.steps)
+
+    steps = launch(train, 2, callbacks=[ProfileAtThree()], control=control, verbose=False)
+    assert steps[0] == steps[1] and steps[0][1] == steps[0][0] + 1 and steps[0][0] > 3
+    assert sorted(rank for rank, _ in reported) == [0, 1]  # each rank's step event says so
+    for rank in (0, 1):
+        assert (tmp_path / "profiled" / "profile" / f"rank{rank}.json").is_file()

@@ -77,3 +77,36 @@ def test_steps_past_the_fit_are_refused_with_its_length(tmp_path):
 def test_the_pair_survives_the_config_json_round_trip():
     config = TrainConfig(profile_steps=(2, 4))
     assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+def test_a_control_request_profiles_the_next_steps_and_the_step_event_says_where(tmp_path):
+    trainer = _trainer(tmp_path, log_every=1)
+    profiles = []
+
+    class AskAtStep4:
+        def on_step(self, metrics):
+            if metrics["step"] == 4:
+                trainer.control.profile(3)  # the Dashboard's Profile button
+            if metrics["step"] == 5:
+                trainer.control.profile(3)  # one under way: ignored
+            if "profile" in metrics:
+                profiles.append((metrics["step"], metrics["profile"]))
+
+    trainer.add_callback(AskAtStep4())
+    trainer.fit()
+    trace = tmp_path / "profiled" / "profile" / "rank0.json"
+    assert profiles == [(7, {"steps": [5, 7], "trace": str(trace), "top_ops": profiles[0][1]["top_ops"]})]
+    assert len(profiles[0][1]["top_ops"]) == 5 and trainer.profile.steps == (5, 7)
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["name"] for e in events if e.get("name", "").startswith("step ")} == {
+        "step 5",
+        "step 6",
+        "step 7",
+    }
+
+
+def test_bad_profile_requests_are_refused():
+    from workbench.train import TrainControl
+
+    with pytest.raises(ValueError, match="steps must be an integer ≥ 1"):
+        TrainControl().profile(0)

@@ -278,6 +278,8 @@ def _obey(commands: Connection, control: TrainControl) -> None:
             control.set_lr(values[0])
         elif name == "clipping":
             control.set_clipping(norm=values[0], value=values[1])
+        elif name == "profile":
+            control.profile(values[0])
 
 
 def _die_with_parent() -> None:

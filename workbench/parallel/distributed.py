@@ -104,12 +104,16 @@ class DistributedStrategy(StrategyBase):
         """Rank 0's requests, the same on every rank (when `sync_control`); others' are ignored."""
         if not self.sync_control:
             return changes, stop
-        values = [stop, changes.lr, changes.clip_norm, changes.clip_value]
+        values = [stop, changes.lr, changes.clip_norm, changes.clip_value, changes.profile_steps]
         message = torch.tensor([math.nan if v is None else float(v) for v in values], dtype=torch.float64)
         message = message.to(self.device)
         dist.broadcast(message, src=0)
-        stop_flag, lr, clip_norm, clip_value = (None if math.isnan(v) else v for v in message.tolist())
-        return Changes(lr=lr, clip_norm=clip_norm, clip_value=clip_value), bool(stop_flag)
+        stop_flag, lr, clip_norm, clip_value, profile = (
+            None if math.isnan(v) else v for v in message.tolist()
+        )
+        profile_steps = None if profile is None else int(profile)
+        changes = Changes(lr=lr, clip_norm=clip_norm, clip_value=clip_value, profile_steps=profile_steps)
+        return changes, bool(stop_flag)
 
     def barrier(self) -> None:
         """Wait until every rank gets here."""

@@ -415,6 +415,8 @@ class _Supervisor:
                 commands.send(("lr", changes.lr))
             if changes.clip_norm is not None or changes.clip_value is not None:
                 commands.send(("clipping", changes.clip_norm, changes.clip_value))
+            if changes.profile_steps is not None:
+                commands.send(("profile", changes.profile_steps))
         except (BrokenPipeError, OSError):  # rank 0 is gone; _watch reports why
             self.commands = None
 

@@ -1,16 +1,17 @@
-"""Thread-safe requests from a UI to a running loop: pause, resume, stop, new lr or clipping.
+"""Thread-safe requests from a UI to a running loop: pause, resume, stop, new lr or clipping, a profile.
 
-The UI thread calls `pause`, `resume`, `stop`, `set_lr`, `set_clipping`; the training loop calls
+The UI thread calls `pause`, `resume`, `stop`, `set_lr`, `set_clipping`, `profile`; the training loop calls
 `checkpoint` between optimizer steps, so every request takes effect at a step boundary.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from dataclasses import dataclass
 
-from workbench._validate import check_positive
+from workbench._validate import check_int, check_positive
 
 
 @dataclass(frozen=True)
@@ -20,10 +21,11 @@ class Changes:
     lr: float | None = None
     clip_norm: float | None = None
     clip_value: float | None = None
+    profile_steps: int | None = None  # profile this many steps from the next one on
 
     def any(self) -> bool:
         """True if at least one setting changes."""
-        return not (self.lr is None and self.clip_norm is None and self.clip_value is None)
+        return any(value is not None for value in dataclasses.astuple(self))
 
 
 class TrainControl:
@@ -34,7 +36,7 @@ class TrainControl:
         >>> control.set_lr(0.01)
         >>> control.stop()
         >>> control.at_step_boundary()
-        Changes(lr=0.01, clip_norm=None, clip_value=None)
+        Changes(lr=0.01, clip_norm=None, clip_value=None, profile_steps=None)
         >>> control.stop_requested
         True
     """
@@ -83,9 +85,7 @@ class TrainControl:
         """Use learning rate `lr` (> 0) from the next step on; the schedule continues from there."""
         check_positive("lr", lr)
         with self._condition:
-            self._pending = Changes(
-                lr=float(lr), clip_norm=self._pending.clip_norm, clip_value=self._pending.clip_value
-            )
+            self._pending = dataclasses.replace(self._pending, lr=float(lr))
 
     def set_clipping(self, *, norm: float | None = None, value: float | None = None) -> None:
         """Clip gradients by global `norm` and/or by `value` from the next step on; 0 turns one off."""
@@ -95,11 +95,18 @@ class TrainControl:
             if number is not None and (not _is_number(number) or number < 0):
                 raise ValueError(f"{field} must be a finite number ≥ 0 (0 = off), got {number!r}")
         with self._condition:
-            self._pending = Changes(
-                lr=self._pending.lr,
+            self._pending = dataclasses.replace(
+                self._pending,
                 clip_norm=self._pending.clip_norm if norm is None else float(norm),
                 clip_value=self._pending.clip_value if value is None else float(value),
             )
+
+    def profile(self, steps: int = 5) -> None:
+        """Record a torch.profiler trace of the next `steps` optimizer steps on every rank (as
+        ``TrainConfig(profile_steps=...)`` does for chosen ones); ignored while a profile is under way."""
+        check_int("steps", steps, minimum=1)
+        with self._condition:
+            self._pending = dataclasses.replace(self._pending, profile_steps=steps)
 
     def at_step_boundary(self, wait: float | None = None) -> Changes:
         """Called by the loop between steps: block while paused, then return and clear pending changes.

@@ -228,6 +228,7 @@ class Trainer:
         self._memory_step = 1
         self._memory: dict[str, Any] | None = None  # measured, to send with the next logged step
         self._profiler: StepProfiler | None = None
+        self._profile_published = False  # the finished profile went out with a step event
         self.profile: ProfileResult | None = None  # the last fit's profile (TrainConfig.profile_steps)
         steps = self.config.profile_steps
         if steps is not None and self.total_steps is not None and steps[1] > self.total_steps:
@@ -464,12 +465,24 @@ class Trainer:
         return stop
 
     def _apply(self, changes: Changes) -> None:
+        if changes.profile_steps is not None:
+            self._request_profile(changes.profile_steps)
         if changes.lr is not None:
             self.lr = changes.lr
         if changes.clip_norm is not None:
             self.clip_norm = changes.clip_norm
         if changes.clip_value is not None:
             self.clip_value = changes.clip_value
+
+    def _request_profile(self, steps: int) -> None:
+        """Profile the next `steps` optimizer steps (a control request) unless one is scheduled or running."""
+        if self._profiler is not None and self._profiler.result is None:
+            return
+        first = self.step + 1
+        last = first + steps - 1 if self.total_steps is None else min(first + steps - 1, self.total_steps)
+        directory = self.run_dir.path if self.run_dir is not None else None
+        self._profiler = StepProfiler((first, max(first, last)), self.device, directory, self.rank)
+        self._profile_published = False
 
     # ------------------------------------------------------------------ events
 
@@ -481,6 +494,10 @@ class Trainer:
             metrics["memory"], self._memory = self._memory, None
         if isinstance(clock, StepClock):
             metrics["step_time"] = clock.report()
+        profiler = self._profiler
+        if profiler is not None and profiler.result is not None and not self._profile_published:
+            self.profile, self._profile_published = profiler.result, True
+            metrics["profile"] = profiler.result.event()
         if self._compile_watch is not None:
             metrics["compile"] = self._compile_watch.report()
         self._last["train"] = {"loss": metrics["loss"]}
@@ -555,9 +572,11 @@ class Trainer:
             self.step, self.epoch, self._position = where.step, where.epoch, where.position
             self.lr, self.clip_norm, self.clip_value = where.lr, where.clip_norm, where.clip_value
             self.checkpoint = path
+        self._profiler = None  # a request of an earlier fit does not carry over
         if self.config.profile_steps is not None:
             directory = self.run_dir.path if self.run_dir is not None else None
             self._profiler = StepProfiler(self.config.profile_steps, self.device, directory, self.rank)
+            self._profile_published = False
         known = self.total_steps is not None
         self._memory_step = self.step + (1 if known and self.total_steps - self.step < 2 else 2)
         if self.run_dir is not None and self.strategy.is_main:  # one writer, also on a shared filesystem

@@ -50,6 +50,14 @@ class ProfileResult:
     trace: Path | None
     top_ops: tuple[OpTime, ...]
 
+    def event(self) -> dict[str, Any]:
+        """What a step event says of this profile (the Dashboard shows it): steps, trace path, top ops."""
+        return {
+            "steps": list(self.steps),
+            "trace": None if self.trace is None else str(self.trace),
+            "top_ops": [op.name for op in self.top_ops[:5]],
+        }
+
     def table(self) -> str:
         """The top operators as a text table (the notebook shows it as HTML)."""
         return text_table(*self._rows())

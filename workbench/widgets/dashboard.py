@@ -41,6 +41,7 @@ from workbench.widgets.pipeline_timeline import PipelineTimeline
 from workbench.widgets.step_time_plot import StepTimePlot
 from workbench.widgets.throttle import Throttle
 
+PROFILE_STEPS = 5  # steps the Profile button traces
 _PUSHES_PER_S = 4  # progress bar and status text, drawn by a timer thread, not the training thread
 _GRACE_S = 5.0  # after an interrupt, how long a Launch's workers get to stop at a step boundary
 
@@ -107,6 +108,7 @@ class Dashboard(Callback):
         self._latest: Event | None = None
         self._last_eval: dict[str, Event] = {}
         self._rank_rates: dict[int, float] = {}  # rank → samples/s at its last logged step
+        self._profile: Event | None = None  # the last profile rank 0 reported (its step event's "profile")
         self._state = "ready"
         self._throttle = Throttle(lambda: self._push(self._live_state()), max_per_s=_PUSHES_PER_S)
         self._started_at = 0.0
@@ -154,6 +156,14 @@ class Dashboard(Callback):
         self.apply_button = widgets.Button(
             description="Apply", tooltip="use lr and clip norm from the next step"
         )
+        self.profile_button = widgets.Button(
+            description="Profile",
+            icon="clock",
+            disabled=True,
+            tooltip=f"record a torch.profiler trace of the next {PROFILE_STEPS} steps on every rank",
+        )
+        self.profile_info = widgets.HTML(value="")
+        self.profile_info.add_class("workbench-profile")
         self.error = widgets.HTML(value="")
         self.placement = widgets.HTML(value=self.trainer.describe())
         self.start_button.on_click(lambda _: self.start())
@@ -162,6 +172,7 @@ class Dashboard(Callback):
             synced.observe(lambda _: acknowledge_widget_message(self._awaiting_cell), names="value")
         self.stop_button.on_click(lambda _: self.stop())
         self.apply_button.on_click(lambda _: self.apply_settings())
+        self.profile_button.on_click(lambda _: self.request_profile())
         rows = [
             widgets.HBox([self.progress, self.status]),
             self.placement,
@@ -173,8 +184,10 @@ class Dashboard(Callback):
                     self.lr_input,
                     self.clip_input,
                     self.apply_button,
+                    self.profile_button,
                 ]
             ),
+            self.profile_info,
             self.error,
             self.loss_plot.widget,
             self.metric_plot.widget,
@@ -214,7 +227,8 @@ class Dashboard(Callback):
 
     def _begin(self) -> None:
         self._result, self._error = None, None
-        self._latest, self._rank_rates, self._last_eval = None, {}, {}
+        self._latest, self._rank_rates, self._last_eval, self._profile = None, {}, {}, None
+        self.profile_info.value = ""
         self.error.value = ""
         self.control.reset()
         self._set_running_buttons(True)
@@ -235,6 +249,12 @@ class Dashboard(Callback):
             self._show_error(f"not applied: {error}")
             return
         self.error.value = ""
+
+    def request_profile(self, steps: int = PROFILE_STEPS) -> None:
+        """Trace the next `steps` steps with torch.profiler on every rank (the Profile button); the trace
+        goes to the run directory (``profile/rank<R>.json``) and the top operators show below the buttons."""
+        self.control.profile(steps)
+        self.profile_info.value = f"<small>profiling the next {steps} steps…</small>"
 
     def wait(self, timeout: float | None = None) -> Any:
         """Block until training ends; return its `FitResult` (a Launch: rank 0's value) or raise its error.
@@ -369,6 +389,7 @@ class Dashboard(Callback):
         self.start_button.disabled = running
         self.stop_button.disabled = not running
         self.pause_button.disabled = not running
+        self.profile_button.disabled = not running
         if not running and self.pause_button.value:
             self.pause_button.value = False
 
@@ -402,6 +423,8 @@ class Dashboard(Callback):
             self._rank_rates[rank] = metrics["samples_per_s"]
         if rank == 0:
             self._latest = metrics
+            if "profile" in metrics:
+                self._profile = metrics["profile"]
         self._throttle.poke()
 
     def on_eval(self, metrics: Event) -> None:
@@ -419,6 +442,8 @@ class Dashboard(Callback):
                 self.progress.max = max(self._latest["step"], 1)
             self.progress.value = self._latest["step"]
         self.status.value = self._status_text(state)
+        if self._profile is not None:
+            self.profile_info.value = _profile_text(self._profile)
         self._show_new_views()
 
     def _show_new_views(self) -> None:
@@ -465,6 +490,17 @@ class Dashboard(Callback):
         now = time.perf_counter()
         paused = self._paused_s + (now - self._paused_at if self._paused_at is not None else 0.0)
         return now - self._started_at - paused
+
+
+def _profile_text(profile: Event) -> str:
+    """The Profile button's answer: which steps, where the trace is, the top operators."""
+    first, last = profile["steps"]
+    where = profile["trace"]
+    trace = (
+        f"trace <code>{html.escape(where)}</code> (ui.perfetto.dev)" if where else "no run directory: no file"
+    )
+    top = ", ".join(html.escape(name) for name in profile["top_ops"])
+    return f"<small>profiled steps {first}–{last} (rank 0): {trace}; top operators: {top}</small>"
 
 
 def _clock(seconds: float) -> str:
