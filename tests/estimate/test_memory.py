@@ -1,4 +1,5 @@
-"""Memory estimates against the measured proxy (one device, and DDP on 2 gloo ranks), rules, bad input."""
+"""Analytic memory estimates against the components they count (the measured proxy), on one device and on
+2 DDP gloo ranks; the rules; bad input. (Estimates against the real allocator peak: test_peak_matrix.py.)"""
 
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ def _estimate_and_measure(case: str, optimizer: str, precision: str, **ddp: obje
         precision=precision,
         optimizer=optimizer,
         momentum=OPTIMIZERS[optimizer],
+        method="analytic",  # the rules, against the components they count (the peak: test_peak_matrix.py)
         **ddp,
     )
     return estimate, model, inputs, targets, loss

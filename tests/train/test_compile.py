@@ -20,6 +20,7 @@ from workbench.parallel import (
     launch,
 )
 from workbench.train import OptimizerConfig, TrainConfig, Trainer
+from workbench.train.compilation import describe_compile
 from workbench.train.step_time import PHASES
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # Inductor's notes on CPU kernels
@@ -48,6 +49,7 @@ class _Steps:
 def eager_and_compiled():
     """The same 10 steps of a small GPT, eager and compiled (one compile for the module's tests)."""
     data, splits = _text_splits()
+    torch.compiler.reset()  # compile here, whatever earlier tests compiled in this process
     runs = {}
     for mode in ("off", "default"):
         torch.manual_seed(0)
@@ -100,6 +102,7 @@ class _Breaks(torch.nn.Module):
 
 
 def test_graph_breaks_are_counted_and_named():
+    torch.compiler.reset()
     x = torch.randn(64, 4)
     data = torch.utils.data.TensorDataset(x, (x.sum(1) > 0).long())
     trainer = Trainer(_Breaks(), torch.nn.functional.cross_entropy, data, _config("default", batch_size=32))
@@ -169,3 +172,20 @@ def test_data_parallel_trains_compiled_with_eager_losses_and_its_all_reduce_time
     assert report["seconds"] > 0 and report["graphs"] >= 1
     # DDP's buckets are still all-reduced through the timed hook: communication measured on later steps
     assert sum(step["comm"] + step["comm_overlapped"] for step in times[1:]) > 0
+
+
+def test_a_fit_that_reuses_graphs_compiled_earlier_says_so():
+    x = torch.randn(64, 4)
+    data = torch.utils.data.TensorDataset(x, (x.sum(1) > 0).long())
+    config = _config("default", batch_size=32)
+    torch.manual_seed(0)
+    first = Trainer(
+        torch.nn.Sequential(torch.nn.Linear(4, 2)), torch.nn.functional.cross_entropy, data, config
+    )
+    first.fit()
+    again = Trainer(
+        torch.nn.Sequential(torch.nn.Linear(4, 2)), torch.nn.functional.cross_entropy, data, config
+    )
+    again.fit()  # another model of the same shapes: TorchDynamo's guards pass, nothing compiles
+    assert first.compile_report["compiles"] >= 1 and again.compile_report["compiles"] == 0
+    assert describe_compile(again.compile_report).startswith("nothing compiled: graphs compiled earlier")

@@ -85,10 +85,14 @@ def test_estimator_answers_for_the_slider_values():
     estimator.strategy.value = "ddp"
     estimator.devices.value = 4
     ddp = estimator.estimate()
-    assert ddp.steps_per_epoch == 6 and ddp.comm.sent_bytes == pytest.approx(1.5 * single.memory.grads)
+    gradient_bytes = 4 * estimator.profile.param_count  # the ring all-reduce sends 2(N-1)/N of them
+    assert ddp.steps_per_epoch == 6 and ddp.comm.sent_bytes == pytest.approx(1.5 * gradient_bytes)
+    assert "±5%, traced (checked" in estimator.answer.value  # how sure the memory figure is, and why
     assert ddp.memory.total > single.memory.total  # DDP's gradient buckets
     estimator.strategy.value = "fsdp"
     assert estimator.estimate().memory.params < single.memory.params
+    estimator.strategy.value = "pipeline"  # not traced: the rules, with their wider band
+    assert "±85%, analytic" in estimator.answer.value
 
 
 def test_estimator_chart_has_a_bar_per_strategy_and_the_memory_line():

@@ -140,3 +140,98 @@ def measure_training_step(
         buckets=bucket_bytes,
         cuda_peak=cuda_peak,
     )
+
+
+@dataclass(frozen=True)
+class PeakMemory:
+    """The allocator's peak over one training step, in bytes: `before` (what was alive when it began:
+    parameters, buffers, optimizer state, the batch) plus `during` (the most the step allocated on top);
+    `source` names the counter. `proxy` is the older component count of the same step (`StepMemory`)."""
+
+    peak: int
+    before: int
+    during: int
+    source: str
+    proxy: StepMemory | None = None
+
+
+def allocator_peak(step: Callable[[], object], alive: list[torch.Tensor], device: torch.device) -> PeakMemory:
+    """Run `step` once and return the allocator's peak over it.
+
+    CPU: torch.profiler's memory events (``profile_memory=True``): each allocation and free of torch's CPU
+    allocator with its running total of what the profiled code allocated; `before` is the bytes of the
+    distinct storages of `alive` (what the step starts with; its gradients must be None). CUDA:
+    ``torch.cuda.max_memory_allocated`` over the step (peak statistics reset first).
+
+    Example:
+        >>> kept = torch.zeros(1000)  # 4,000 bytes alive before
+        >>> peak = allocator_peak(lambda: torch.ones(2000) * 2, [kept], torch.device("cpu"))
+        >>> peak.before, peak.during // 1000  # kB: the ones and their double were alive together
+        (4000, 16)
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device)
+        return PeakMemory(peak, before, peak - before, "torch.cuda.max_memory_allocated")
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from torch.profiler import ProfilerActivity, profile
+
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}
+    before = sum(storages.values())
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recorded:
+        step()
+    with tempfile.TemporaryDirectory(prefix="workbench-peak-") as folder:
+        trace = Path(folder) / "trace.json"
+        recorded.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())["traceEvents"]
+    totals = [
+        e["args"]["Total Allocated"]
+        for e in events
+        if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0
+    ]
+    during = max([0, *totals])
+    return PeakMemory(before + during, before, during, "torch.profiler memory events (CPU allocator)")
+
+
+def measure_peak(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: LossFn,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    autocast_dtype: torch.dtype | None = None,
+    proxy: bool = True,
+) -> PeakMemory:
+    """The allocator's peak over a training step taken once the optimizer state exists (a first step runs
+    unmeasured), with the component proxy of a third step (`measure_training_step`) beside it (`proxy`).
+
+    The step is the Trainer's: forward (under autocast when `autocast_dtype` is given) and loss, backward,
+    ``optimizer.step()``, gradients set to None.
+    """
+    device = inputs.device
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    alive = [*model.parameters(), *model.buffers(), *state, inputs, targets]
+    peak = allocator_peak(step, alive, device)
+    if not proxy:
+        return peak
+    components = measure_training_step(
+        model, optimizer, loss_fn, inputs, targets, autocast_dtype=autocast_dtype
+    )
+    return PeakMemory(peak.peak, peak.before, peak.during, peak.source, components)

@@ -63,6 +63,7 @@ def estimate_training(
     optimizer: str = "adam",
     strategy: str = "single",
     devices: int = 1,
+    memory: MemoryEstimate | None = None,
 ) -> TrainingEstimate:
     """Memory, communication and step time of training `profile`'s model with this plan on `hardware`.
 
@@ -71,11 +72,13 @@ def estimate_training(
         samples_per_epoch: training samples per epoch (for the epoch time).
         batch_size: samples per device per step (the batch entering the pipeline for ``"pipeline"``).
         precision, optimizer, strategy, devices: as for `estimate_memory` (SGD with momentum 0.9).
+        memory: the memory per device when already estimated (a traced `estimate_memory`); default: the
+            analytic rules on `profile`.
 
     Raises:
         ValueError: a plan that cannot run (e.g. ``strategy="single"`` on several devices).
     """
-    memory = estimate_memory(
+    memory = memory or estimate_memory(
         profile,
         batch_size=batch_size,
         precision=precision,

@@ -198,7 +198,12 @@ def describe_compile(report: dict[str, Any]) -> str:
         >>> describe_compile({"seconds": 7.52, "compiles": 2, "graphs": 2, "graph_breaks": 1,
         ...                   "break_reasons": ["Call to `torch._dynamo.graph_break()`"]})
         'compiled in 7.5 s: 2 graphs, 1 graph break (Call to `torch._dynamo.graph_break()`)'
+
+    A fit whose graphs this process compiled before (the same shapes, another model instance) compiles
+    nothing: TorchDynamo guards on the parameters' shapes, not on which module holds them.
     """
+    if not report["compiles"]:
+        return "nothing compiled: graphs compiled earlier in this process were reused"
     breaks = report["graph_breaks"]
     line = f"compiled in {report['seconds']:.1f} s: {report['graphs']} graph{'s' * (report['graphs'] != 1)}, "
     line += f"{breaks} graph break{'s' * (breaks != 1)}"

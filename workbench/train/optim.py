@@ -13,13 +13,16 @@ from workbench.train.config import OptimizerConfig
 OptimizerFactory = Callable[[Iterable[torch.nn.Parameter], OptimizerConfig], torch.optim.Optimizer]
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimizerConfig) -> torch.optim.Optimizer:
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter], config: OptimizerConfig, *, fused: bool | None = None
+) -> torch.optim.Optimizer:
     """The torch optimizer `config` names, at `config.lr`, in torch's fused implementation (one kernel for
     every parameter) where torch has one for the parameters' device and kind, else torch's default.
 
     torch's default on a CPU updates one parameter at a time; its fused Adam took 0.38 ms a step against
     5.0 ms on `workbench bench trainer`'s MLP (2 cores), the same math to float rounding (parameters within
     2e-8 after 20 steps). Sharded parameters (FSDP's and tensor parallel's DTensors) keep the default.
+    `fused` forces the choice (the memory tracer builds, on fake tensors, the optimizer real ones would get).
 
     Example:
         >>> config = OptimizerConfig("sgd", lr=0.1, momentum=0.9)
@@ -35,7 +38,9 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimizerConfi
         optimizer_class = torch.optim.Adam if config.name == "adam" else torch.optim.AdamW
         options = {"betas": config.betas}
     options.update(lr=config.lr, weight_decay=config.weight_decay)
-    if _plain_tensors(params):
+    if fused is None:
+        fused = plain_tensors(params)
+    if fused:
         try:
             return optimizer_class(params, fused=True, **options)
         except RuntimeError:  # no fused kernel for this device or dtype: torch's default below
@@ -43,7 +48,7 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], config: OptimizerConfi
     return optimizer_class(params, **options)
 
 
-def _plain_tensors(params: list[Any]) -> bool:
+def plain_tensors(params: list[Any]) -> bool:
     """Whether every parameter is a plain floating tensor (not a DTensor or another subclass, nor a dict of
     options: a param group)."""
     return all(

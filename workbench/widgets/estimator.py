@@ -16,7 +16,7 @@ from torch import nn
 
 from workbench._validate import check_int
 from workbench.devices.datasheets import DATASHEETS
-from workbench.estimate import MemoryEstimate, profile_model, training_flops
+from workbench.estimate import MemoryEstimate, estimate_memory, profile_model, training_flops
 from workbench.estimate.hardware import Hardware, hardware_from_datasheet
 from workbench.estimate.plan import TrainingEstimate, estimate_training
 from workbench.parallel.registry import STRATEGIES
@@ -24,8 +24,8 @@ from workbench.tables import html_table
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets._figure_widget import FigureWidget
 
-_COMPONENTS = ("params", "grads", "optimizer_state", "activations", "comm_buffers")
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+_COMPONENTS = ("params", "grads", "optimizer_state", "activations", "temporaries", "comm_buffers")
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#8c564b", "#9467bd")
 
 
 class Estimator:
@@ -38,6 +38,9 @@ class Estimator:
         hardware: choices by name (default: every GPU datasheet); add measured ones with
             `workbench.estimate.hardware.hardware_from_benchmark`.
         batch_size, precision, optimizer, strategy, devices, hardware_name: starting values.
+        method: how memory is estimated (`workbench.estimate.estimate_memory`): ``"auto"`` traces a step of
+            `model` (single, DDP, FSDP; checked against real small steps), ``"analytic"`` the rules only.
+            The answer says which, with its uncertainty.
 
     Example:
         >>> from workbench import models
@@ -63,7 +66,10 @@ class Estimator:
         strategy: str = "single",
         devices: int = 1,
         hardware_name: str | None = None,
+        method: str = "auto",
     ) -> None:
+        self.model, self.sample, self.method = model, sample, method
+        self._memory: dict[tuple, MemoryEstimate] = {}  # the estimates so far, by slider values
         self.profile = profile_model(model, sample)
         self.flops_per_sample = training_flops(model, sample) / len(sample)
         self.samples_per_epoch = check_int("samples_per_epoch", samples_per_epoch, minimum=1)
@@ -124,6 +130,7 @@ class Estimator:
 
     def estimate(self, strategy: str | None = None, devices: int | None = None) -> TrainingEstimate:
         """The estimate at the current slider values (optionally another strategy or device count)."""
+        strategy, devices = strategy or self.strategy.value, devices or self.devices.value
         return estimate_training(
             self.profile,
             self.flops_per_sample,
@@ -132,9 +139,27 @@ class Estimator:
             batch_size=self.batch_size.value,
             precision=self.precision.value,
             optimizer=self.optimizer.value,
-            strategy=strategy or self.strategy.value,
-            devices=devices or self.devices.value,
+            strategy=strategy,
+            devices=devices,
+            memory=self.memory(strategy, devices),
         )
+
+    def memory(self, strategy: str, devices: int) -> MemoryEstimate:
+        """Memory per device at the current sliders (traced where `method` allows; each answer kept)."""
+        key = (self.batch_size.value, self.precision.value, self.optimizer.value, strategy, devices)
+        if key not in self._memory:
+            self._memory[key] = estimate_memory(
+                self.model,
+                sample=self.sample,
+                batch_size=self.batch_size.value,
+                precision=self.precision.value,
+                optimizer=self.optimizer.value,
+                momentum=0.9 if self.optimizer.value == "sgd" else 0.0,
+                strategy=strategy,
+                devices=devices,
+                method=self.method,
+            )
+        return self._memory[key]
 
     def update(self) -> None:
         """Recompute the answer and the chart from the sliders (called when one moves)."""
@@ -199,6 +224,7 @@ def _answer_html(result: TrainingEstimate) -> str:
             "total per device",
             f"{memory.total / gib:.3f} GiB of {result.hardware.memory_bytes / gib:.0f}: {verdict}",
         ),
+        ("memory estimate", memory.describe()),
         ("sent per step per device", f"{result.comm.sent_bytes / 2**20:.2f} MiB ({result.comm.detail})"),
         (
             "step time",

@@ -1,0 +1,216 @@
+"""Peak memory of a training step, traced without running it: the `traced` basis of `estimate_memory`.
+
+`trace_step_memory` copies the model into fake tensors (``torch._subclasses.FakeTensorMode``: shapes, dtypes
+and devices, no data, no memory), builds the optimizer the `Trainer` would, runs one training step to create
+its state, then a second at the full batch size under torch's `MemTracker`
+(``torch.distributed._tools.mem_tracker``), which follows every tensor the dispatcher creates and frees:
+parameters, gradients, optimizer state, what autograd saves, backward's transients, autocast's
+low-precision weight copies, attention's T × T scores, an unfused optimizer's temporaries (a fused one updates
+in place). Its peak is the estimate. Nothing is extrapolated: the trace runs at the batch and sequence length
+asked, in milliseconds to seconds.
+
+What it cannot see: memory a kernel allocates below the dispatcher (oneDNN scratch buffers on CPU, cuDNN and
+cuBLAS workspaces on GPUs) and the CUDA caching allocator's rounding and fragmentation.
+
+Example:
+    >>> from workbench import models
+    >>> traced = trace_step_memory(models.mlp(64, 10), torch.zeros(1, 64), batch_size=32, optimizer="adam")
+    >>> traced.parts["params"] == 26_122 * 4 and traced.parts["optimizer_state"] >= 2 * 26_122 * 4
+    True
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.train.config import OptimizerConfig
+from workbench.train.optim import build_optimizer, plain_tensors
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# MemTracker's categories → ours
+_PARTS = {
+    "Parameter": "params",
+    "Buffer": "params",
+    "Gradient": "grads",
+    "Optstate": "optimizer_state",
+    "Activation": "activations",
+    "Temp": "temporaries",
+    "Input": "temporaries",
+    "Other": "temporaries",
+}
+
+
+@dataclass(frozen=True)
+class TracedStep:
+    """The traced step's peak bytes, its parts at the peak (params, grads, optimizer_state, activations,
+    temporaries) and the seconds the trace took."""
+
+    peak: int
+    parts: dict[str, int]
+    seconds: float
+
+
+def trace_step_memory(
+    model: nn.Module,
+    sample: torch.Tensor,
+    *,
+    batch_size: int,
+    target: torch.Tensor | None = None,
+    loss_fn: LossFn | None = None,
+    precision: str = "fp32",
+    optimizer: str = "adam",
+    momentum: float = 0.0,
+) -> TracedStep:
+    """Trace a training step of `model` on a fake batch of `batch_size` (see the module docstring).
+
+    Args:
+        model: the module (left untouched: a fake copy is traced).
+        sample: one input with its batch dimension (its dtype and trailing shape make the batch).
+        target, loss_fn: one target sample and ``loss_fn(output, target)``; without them the loss is the
+            mean square of the output in fp32 (it keeps one fp32 copy of the output, as cross-entropy keeps
+            its log-probabilities).
+        precision: ``"fp32"``, or ``"bf16"``/``"fp16"`` autocast as the Trainer runs it.
+        optimizer, momentum: the optimizer the Trainer builds (`workbench.train.optim.build_optimizer`).
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    if loss_fn is not None and target is None:
+        raise ValueError("loss_fn needs target= (one target sample, as `sample` is one input)")
+    started = time.perf_counter()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    device = next((p.device for p in model.parameters()), sample.device)
+    fused = plain_tensors(list(model.parameters()))  # outside the mode: inside, .data is a fake tensor
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = _fake_copy(model, mode)
+        inputs = _batch_like(sample, batch_size)
+        targets = None if target is None else _batch_like(target, batch_size)
+        config = OptimizerConfig(optimizer, lr=1e-3, momentum=momentum)
+        optim = build_optimizer(fake.parameters(), config, fused=fused)
+
+        def step(update: bool) -> None:
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                loss = _loss(fake(inputs), targets, loss_fn)
+            loss.backward()
+            if update:
+                optim.step()
+                optim.zero_grad(set_to_none=True)
+
+        step(update=True)  # untracked: creates the optimizer state
+        tracker = MemTracker()
+        tracker.track_external(fake, optim, *(t for t in (inputs, targets) if t is not None))
+        with tracker:
+            # A fused optimizer updates in place, allocating nothing; its fake kernel allocates outputs, so
+            # a fused step's peak is the end of backward (traced), an unfused one's is traced in full.
+            step(update=not fused)
+        snapshot = tracker.get_tracker_snapshot("peak")
+    parts = dict.fromkeys(("params", "grads", "optimizer_state", "activations", "temporaries"), 0)
+    peak = 0
+    for by_kind in snapshot.values():
+        for kind, nbytes in by_kind.items():
+            if kind == "Total":
+                peak += nbytes
+            else:
+                name = _PARTS.get(getattr(kind, "value", str(kind)), "temporaries")
+                parts[name] += nbytes
+    return TracedStep(peak, parts, time.perf_counter() - started)
+
+
+def _fake_copy(model: nn.Module, mode: Any) -> nn.Module:
+    """`model` copied with every parameter and buffer a fake tensor of the same shape, dtype and device
+    (deepcopy with those already in its memo, so no real tensor is copied)."""
+    memo: dict[int, Any] = {}
+    for parameter in model.parameters():
+        memo[id(parameter)] = nn.Parameter(mode.from_tensor(parameter), parameter.requires_grad)
+    for buffer in model.buffers():
+        memo[id(buffer)] = mode.from_tensor(buffer)
+    return copy.deepcopy(model, memo)
+
+
+def _batch_like(sample: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """A (fake) batch of `batch_size` samples shaped and typed like `sample` (whose first dimension is
+    the batch)."""
+    shape = (batch_size, *sample.shape[1:]) if sample.dim() else (batch_size,)
+    return torch.empty(shape, dtype=sample.dtype, device=sample.device)
+
+
+def _loss(output: Any, targets: torch.Tensor | None, loss_fn: LossFn | None) -> torch.Tensor:
+    if loss_fn is not None and targets is not None:
+        return loss_fn(output, targets)
+    tensor = output if isinstance(output, torch.Tensor) else output[0]
+    return tensor.float().pow(2).mean()
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Real allocator peaks of training steps at two small batches (a copy of the model) beside the traced
+    ones: whether the trace sees what the kernels allocate (`agrees`), and the real peaks to extrapolate."""
+
+    batches: tuple[int, int]
+    real: tuple[int, int]
+    traced: tuple[int, int]
+
+    @property
+    def error(self) -> float:
+        """The trace's relative error at the larger batch."""
+        return self.traced[1] / self.real[1] - 1
+
+    def agrees(self, tolerance: float) -> bool:
+        return abs(self.error) <= tolerance
+
+    def extrapolate(self, batch_size: int) -> int:
+        """The real peak at `batch_size`, linear in the batch through the two measured ones.
+
+        Example:
+            >>> Calibration((4, 8), (100, 140), (90, 120)).extrapolate(16)
+            220
+        """
+        (first, second), (low, high) = self.batches, self.real
+        if first == second:
+            return high
+        return round(high + (batch_size - second) * (high - low) / (second - first))
+
+
+CALIBRATION_BATCH = 8  # the larger of the two real steps (capped at the batch asked); the smaller is half
+
+
+def calibrate(
+    model: nn.Module,
+    sample: torch.Tensor,
+    *,
+    batch_size: int,
+    target: torch.Tensor | None = None,
+    loss_fn: LossFn | None = None,
+    precision: str = "fp32",
+    optimizer: str = "adam",
+    momentum: float = 0.0,
+) -> Calibration:
+    """Train a copy of `model` for real at two small batches (`CALIBRATION_BATCH` and half of it, at most
+    `batch_size`; zeros shaped like `sample` and `target`; a first step creates the optimizer state) and trace
+    the same steps: some kernels allocate workspaces the dispatcher never sees (oneDNN's LSTM on CPU), which
+    only real steps show. (At a batch of 1 or 2 fixed workspaces dominate: too small to compare.)"""
+    from workbench.estimate.measure import measure_peak
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    larger = min(CALIBRATION_BATCH, batch_size)
+    batches = (max(1, larger // 2), larger)
+    real, traced = [], []
+    for batch in batches:
+        inputs = torch.zeros_like(_batch_like(sample, batch))
+        targets = None if target is None else torch.zeros_like(_batch_like(target, batch))
+        copy_ = copy.deepcopy(model)
+        optim = build_optimizer(copy_.parameters(), OptimizerConfig(optimizer, lr=1e-3, momentum=momentum))
+        loss = (lambda output, _: _loss(output, None, None)) if loss_fn is None else loss_fn
+        dummy = targets if targets is not None else torch.zeros(0)
+        real.append(measure_peak(copy_, optim, loss, inputs, dummy, autocast_dtype=dtype, proxy=False).peak)
+        options = {"target": target, "loss_fn": loss_fn, "precision": precision}
+        options.update(optimizer=optimizer, momentum=momentum)
+        traced.append(trace_step_memory(model, sample, batch_size=batch, **options).peak)
+    return Calibration(batches, (real[0], real[1]), (traced[0], traced[1]))
