@@ -1,6 +1,6 @@
 """Memory estimates against the real allocator peak of a training step, on models the estimator was not
 written against (issue: attention, autocast, backward transients, optimizer temporaries, recurrent, residual,
-embedding-heavy models, DDP ranks).
+embedding-heavy models, DDP and FSDP ranks).
 
 For each case: the peak torch's CPU allocator reached over a training step once the optimizer state exists
 (`measure_peak`: torch.profiler memory events plus what was alive when the step began), the estimate
@@ -272,10 +272,40 @@ def _ddp_rank(rank: int, world_size: int) -> dict:
             "proxy": None, "traced": traced, "analytic": analytic}  # fmt: skip
 
 
+def _fsdp_rank(rank: int, world_size: int) -> dict:
+    """A transformer_lm d128 T128 L3, adam fp32, batch 6 per rank, on workbench's FSDP (FSDP2, a unit per
+    block), measured on this rank: its shards, the gathered units, the reduce-scatters."""
+    from workbench.parallel import FullyShardedDataParallel
+
+    torch.manual_seed(0)
+    model = models.transformer_lm(40, 128, d_model=128, n_heads=4, n_layers=3)
+    x, y = _tokens(40, 128)(6)
+    traced, analytic = _estimates(model, (x, y), models.next_token_loss, "adam", 0.0, "fp32", strategy="fsdp",
+                                  devices=world_size)  # fmt: skip
+    strategy = FullyShardedDataParallel()
+    strategy.bind()
+    sharded = strategy.wrap(model)
+    optim = build_optimizer(sharded.parameters(), OptimizerConfig("adam", lr=1e-3))
+
+    def step() -> None:
+        models.next_token_loss(sharded(x), y).backward()
+        optim.step()
+        optim.zero_grad(set_to_none=True)
+
+    step()
+    step()
+    local = [getattr(t, "_local_tensor", t) for t in sharded.parameters()]  # a DTensor's own shard
+    state = [getattr(t, "_local_tensor", t) for s in optim.state.values() for t in s.values()]
+    peak = allocator_peak(step, [*local, *sharded.buffers(), *state, x, y], torch.device("cpu"))
+    return {"name": f"transformer_lm d128 T128 L3, adam fp32 b6, FSDP rank {rank} of 2", "real": peak.peak,
+            "proxy": None, "traced": traced, "analytic": analytic}  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def matrix() -> list[dict]:
     rows = [_single(name) for name in CASES]
     rows += run_on_gloo_ranks(_ddp_rank, 2, free_port())
+    rows += run_on_gloo_ranks(_fsdp_rank, 2, free_port())
     table = [
         [
             row["name"],
