@@ -29,7 +29,7 @@ from torch.nn import functional
 from torch.utils.data import DataLoader, TensorDataset
 
 from workbench._validate import check_int
-from workbench.bench.trainer import bench_model, bench_setup, hand_written_loader
+from workbench.bench.trainer import bench_model, bench_setup, hand_written_loader, train_and_validate
 from workbench.data import Splits
 from workbench.tables import text_table
 from workbench.train import TrainConfig, Trainer
@@ -171,19 +171,7 @@ def _fabric(data: Splits, config: TrainConfig) -> None:
     model = bench_model()
     model, optimizer = fabric.setup(model, torch.optim.Adam(model.parameters(), lr=config.optimizer.lr))
     train, val = fabric.setup_dataloaders(*_loaders(data, config))
-    losses = []
-    for _ in range(config.epochs):
-        model.train()
-        for x, y in train:
-            optimizer.zero_grad()
-            loss = functional.cross_entropy(model(x), y)
-            fabric.backward(loss)
-            optimizer.step()
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            for x, y in val:
-                functional.cross_entropy(model(x), y)
+    train_and_validate(model, optimizer, train, val, config.epochs, backward=fabric.backward)
 
 
 def _accelerate(data: Splits, config: TrainConfig) -> None:
@@ -193,16 +181,4 @@ def _accelerate(data: Splits, config: TrainConfig) -> None:
     model = bench_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr)
     model, optimizer, train, val = accelerator.prepare(model, optimizer, *_loaders(data, config))
-    losses = []
-    for _ in range(config.epochs):
-        model.train()
-        for x, y in train:
-            optimizer.zero_grad()
-            loss = functional.cross_entropy(model(x), y)
-            accelerator.backward(loss)
-            optimizer.step()
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            for x, y in val:
-                functional.cross_entropy(model(x), y)
+    train_and_validate(model, optimizer, train, val, config.epochs, backward=accelerator.backward)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -419,13 +419,26 @@ def hand_written_loader(model: torch.nn.Module, splits: Splits, config: TrainCon
     optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr)
     train = DataLoader(splits.train, batch_size=config.batch_size, shuffle=True)
     val = DataLoader(splits.val, batch_size=config.batch_size)
+    train_and_validate(model, optimizer, train, val, config.epochs)
+
+
+def train_and_validate(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train: Iterable,
+    val: Iterable,
+    epochs: int,
+    backward: Callable[[torch.Tensor], None] = torch.Tensor.backward,
+) -> None:
+    """The hand-written loop's epochs: zero_grad, forward, loss, `backward` (a peer's own, e.g.
+    ``fabric.backward``), step, ``loss.item()``; then a pass over `val` without gradients."""
     losses = []
-    for _ in range(config.epochs):
+    for _ in range(epochs):
         model.train()
         for x, y in train:
             optimizer.zero_grad()
             loss = functional.cross_entropy(model(x), y)
-            loss.backward()
+            backward(loss)
             optimizer.step()
             losses.append(loss.item())
         model.eval()
