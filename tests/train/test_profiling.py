@@ -110,3 +110,41 @@ def test_bad_profile_requests_are_refused():
 
     with pytest.raises(ValueError, match="steps must be an integer ≥ 1"):
         TrainControl().profile(0)
+
+
+@pytest.mark.parametrize(
+    ("name", "library"),
+    [
+        ("aten::mm", True),
+        ("aten::addmm", True),
+        ("aten::bmm", True),
+        ("aten::mkldnn_convolution", True),
+        ("aten::convolution_backward", True),
+        ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", True),
+        ("aten::gelu_backward", False),
+        ("aten::native_layer_norm", False),
+        ("aten::_fused_adamw_", False),
+        ("step 3", False),
+    ],
+)
+def test_library_kernels_are_products_convolutions_and_attention(name, library):
+    from workbench.train.profiling import LIBRARY_KERNEL
+
+    assert bool(LIBRARY_KERNEL.fullmatch(name)) is library
+
+
+def test_the_library_share_is_the_products_part_of_the_profiled_time():
+    from workbench.train.profiling import StepProfiler
+
+    profiler = StepProfiler((1, 2), torch.device("cpu"), directory=None, rank=0)
+    big, small = torch.randn(256, 256), torch.randn(256, 256)
+    for step in (1, 2):
+        profiler.before_step(step)
+        for _ in range(3):
+            big @ big
+        small.exp()
+        profiler.after_step(step)
+    result = profiler.result
+    mm_ms = sum(op.self_ms for op in result.top_ops if op.name == "aten::mm")
+    assert result.library_ms == pytest.approx(mm_ms) and 0 < result.library_share < 1
+    assert f"{result.library_share:.0%} of the time in matrix-product" in result.table()

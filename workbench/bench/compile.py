@@ -7,7 +7,11 @@ For each preset two Trainers start from the same weights (the preset's model and
 so evaluation does not dilute the steps): one eager, one compiled. The compiled one's first fit compiles
 (its seconds come from the Trainer's `compile_report`, apart). Then the two fit one epoch each, alternating,
 `repeats` times; each fit's seconds per step give the ratio eager / compiled of that repeat (> 1: compiled
-is faster). Printed: the medians, the ratios' median and range, compile seconds, graphs and graph breaks.
+is faster). Printed: the medians, the ratios' median and range, compile seconds, graphs and graph breaks,
+and where the eager step's time goes: the share spent in the libraries' matrix-product, convolution and
+attention kernels (a torch.profiler run of the eager Trainer, `ProfileResult.library_share`). Compile calls
+those kernels as they are and fuses the rest, so ``1 / library_share`` is the most compiling could gain
+(were everything else free): a ceiling printed beside the speed-up.
 """
 
 from __future__ import annotations
@@ -39,6 +43,12 @@ class CompileComparison:
     eager_s: tuple[float, ...]
     compiled_s: tuple[float, ...]
     compile_report: dict
+    library_share: float = 0.0  # of the eager step's time, in matrix-product/convolution/attention kernels
+
+    @property
+    def ceiling(self) -> float:
+        """The most compiling could gain: the eager step with everything but the library kernels free."""
+        return 1 / self.library_share if self.library_share else float("inf")
 
     @property
     def speedups(self) -> list[float]:
@@ -86,7 +96,17 @@ def _compare(name: str, mode: str, repeats: int, epochs: int) -> CompileComparis
         tuple(seconds["off"]),
         tuple(seconds[mode]),
         report,
+        _library_share(experiment, splits),
     )
+
+
+def _library_share(experiment, splits: Splits) -> float:
+    """The share of an eager fit's profiled steps (after the first) spent in the libraries' kernels."""
+    steps = len(splits.train) // experiment.config.batch_size  # one epoch's, at least 1 (drop_last off)
+    config = experiment.config.replace(epochs=1, profile_steps=(min(2, steps), max(2, min(steps, 21))))
+    trainer = Trainer(copy.deepcopy(experiment.model), experiment.loss_fn, splits, config)
+    trainer.fit()
+    return trainer.profile.library_share if trainer.profile is not None else 0.0
 
 
 def table(results: list[CompileComparison]) -> str:
@@ -101,13 +121,19 @@ def table(results: list[CompileComparison]) -> str:
                 f"{1e3 * statistics.median(result.eager_s):.2f}",
                 f"{1e3 * statistics.median(result.compiled_s):.2f}",
                 f"{result.speedup:.2f}× ({min(speedups):.2f}–{max(speedups):.2f})",
+                f"{result.library_share:.0%}",
+                f"{result.ceiling:.2f}×",
                 f"{report.get('seconds', 0):.1f} s",
                 str(report.get("graphs", 0)),
                 str(report.get("graph_breaks", 0)),
             ]
         )
-    header = ["preset", "steps", "eager ms/step", "compiled ms/step", "speed-up", "compile", "graphs"]
-    header.append("breaks")
+    header = ["preset", "steps", "eager ms/step", "compiled ms/step", "speed-up", "library", "ceiling"]
+    header += ["compile", "graphs", "breaks"]
     threads = torch.get_num_threads()
-    note = f"(torch threads: {threads}; speed-up = eager / compiled time per step)"
+    note = (
+        f"(torch threads: {threads}; speed-up = eager / compiled time per step; library = the eager step's"
+        " share in matrix-product, convolution and attention kernels, which compile leaves as they are;"
+        " ceiling = 1 / library, the speed-up were everything else free)"
+    )
     return f"{text_table(header, rows)}\n{note}"

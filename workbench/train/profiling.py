@@ -4,7 +4,9 @@ The loop profiles steps `first` to `last` (1-based, inclusive) on every rank, ea
 ``record_function("step N")`` range, and writes into the run directory ``profile/rank<R>.json`` (a Chrome /
 Perfetto trace: open it at ui.perfetto.dev or chrome://tracing) and ``profile/top_ops_rank<R>.txt`` (the
 operators taking the most time on this rank). Without a run directory nothing is written; the summary is
-`Trainer.profile` either way.
+`Trainer.profile` either way. It also says how much of the profiled time went to the libraries' compute
+kernels (matrix products, convolutions, attention: `library_share`): the part `torch.compile` calls as it is,
+so ``1 / (library_share)`` bounds what compiling the rest can gain.
 
 Example:
     >>> import torch
@@ -15,11 +17,14 @@ Example:
     ...     profiler.after_step(step)
     >>> profiler.result.steps, any(row.name == "aten::mm" for row in profiler.result.top_ops)
     ((2, 3), True)
+    >>> 0 < profiler.result.library_share <= 1
+    True
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,8 @@ import torch
 from workbench.tables import html_table, text_table
 
 TOP_OPS = 15  # rows in the summary
+# The libraries' compute kernels (oneDNN/MKL/cuBLAS products, convolutions, fused attention), both directions
+LIBRARY_KERNEL = re.compile(r"aten::(_?(add|b|baddb)?mm|.*(convolution|scaled_dot_product|_attention).*)")
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,13 @@ class ProfileResult:
     rank: int
     trace: Path | None
     top_ops: tuple[OpTime, ...]
+    self_ms: float = 0.0  # every operator's and range's own time, summed (the profiled steps' time)
+    library_ms: float = 0.0  # of which in the libraries' compute kernels (`LIBRARY_KERNEL`; GPU: kernel time)
+
+    @property
+    def library_share(self) -> float:
+        """The share of the profiled time spent in matrix-product, convolution and attention kernels."""
+        return self.library_ms / self.self_ms if self.self_ms else 0.0
 
     def event(self) -> dict[str, Any]:
         """What a step event says of this profile (the Dashboard shows it): steps, trace path, top ops."""
@@ -59,12 +73,16 @@ class ProfileResult:
         }
 
     def table(self) -> str:
-        """The top operators as a text table (the notebook shows it as HTML)."""
-        return text_table(*self._rows())
+        """The top operators as a text table (the notebook shows it as HTML), and the library share."""
+        return f"{text_table(*self._rows())}\n{self._library_line()}"
 
     def _repr_html_(self) -> str:
         first, last = self.steps
-        return html_table(*self._rows(), caption=f"rank {self.rank}, steps {first}–{last}: top operators")
+        caption = f"rank {self.rank}, steps {first}–{last}: top operators; {self._library_line()}"
+        return html_table(*self._rows(), caption=caption)
+
+    def _library_line(self) -> str:
+        return f"{self.library_share:.0%} of the time in matrix-product, convolution and attention kernels"
 
     def _rows(self) -> tuple[list[str], list[list[object]]]:
         rows = [[op.name, op.calls, f"{op.self_ms:.3f}", f"{op.total_ms:.3f}"] for op in self.top_ops]
@@ -126,8 +144,12 @@ class StepProfiler:
             for e in averages
             if not e.key.startswith("step ")
         )[:TOP_OPS]
+        on_gpu = torch.profiler.ProfilerActivity.CUDA in self._activities
+        own_us = [(e.key, e.self_device_time_total if on_gpu else e.self_cpu_time_total) for e in averages]
+        library_us = sum(us for key, us in own_us if LIBRARY_KERNEL.fullmatch(key))
         trace = None if self.directory is None else self.directory / "profile" / f"rank{self.rank}.json"
-        self.result = ProfileResult((self.first, self.last), self.rank, trace, top)
+        steps, total_ms = (self.first, self.last), sum(us for _, us in own_us) / 1e3
+        self.result = ProfileResult(steps, self.rank, trace, top, total_ms, library_us / 1e3)
         if trace is not None:
             trace.parent.mkdir(parents=True, exist_ok=True)
             profile.export_chrome_trace(str(trace))
