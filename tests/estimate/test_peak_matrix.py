@@ -22,7 +22,7 @@ from torch.nn import functional
 from tests.gloo_ranks import run_on_gloo_ranks
 from workbench import models
 from workbench.estimate import estimate_memory
-from workbench.estimate.measure import BucketLog, allocator_peak, counting_allreduce_hook, measure_peak
+from workbench.estimate.measure import BucketLog, counting_allreduce_hook, measure_peak
 from workbench.estimate.memory import ANALYTIC_UNCERTAINTY, EXTRAPOLATED_UNCERTAINTY, TRACED_UNCERTAINTY
 from workbench.parallel.launcher import free_port
 from workbench.tables import text_table
@@ -253,20 +253,9 @@ def _ddp_rank(rank: int, world_size: int) -> dict:
     log = BucketLog()
     ddp.register_comm_hook(log, counting_allreduce_hook)
     optim = build_optimizer(ddp.parameters(), OptimizerConfig("adam", lr=1e-3))
-
-    def step() -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = models.next_token_loss(ddp(x), y)
-        loss.backward()
-        optim.step()
-        optim.zero_grad(set_to_none=True)
-
-    step()  # the optimizer state
-    step()  # DDP rebuilds its buckets after the first step, in the order gradients arrived
-    log.buffers.clear()
-    state = [t for s in optim.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-    peak = allocator_peak(step, [*model.parameters(), *model.buffers(), *state, x, y], torch.device("cpu"))
-    real = peak.peak + sum(log.buffers.values())  # the buckets the step used, allocated before it
+    peak = measure_peak(ddp, optim, models.next_token_loss, x, y, autocast_dtype=torch.bfloat16, proxy=False,
+                        buckets=log)  # fmt: skip
+    real = peak.peak  # with the buckets the step used, allocated before it
 
     return {"name": f"hand-written GPT, adam bf16 b32, DDP rank {rank} of 2", "real": real,
             "proxy": None, "traced": traced, "analytic": analytic}  # fmt: skip
@@ -286,17 +275,7 @@ def _fsdp_rank(rank: int, world_size: int) -> dict:
     strategy.bind()
     sharded = strategy.wrap(model)
     optim = build_optimizer(sharded.parameters(), OptimizerConfig("adam", lr=1e-3))
-
-    def step() -> None:
-        models.next_token_loss(sharded(x), y).backward()
-        optim.step()
-        optim.zero_grad(set_to_none=True)
-
-    step()
-    step()
-    local = [getattr(t, "_local_tensor", t) for t in sharded.parameters()]  # a DTensor's own shard
-    state = [getattr(t, "_local_tensor", t) for s in optim.state.values() for t in s.values()]
-    peak = allocator_peak(step, [*local, *sharded.buffers(), *state, x, y], torch.device("cpu"))
+    peak = measure_peak(sharded, optim, models.next_token_loss, x, y, proxy=False)  # this rank's shards
     return {"name": f"transformer_lm d128 T128 L3, adam fp32 b6, FSDP rank {rank} of 2", "real": peak.peak,
             "proxy": None, "traced": traced, "analytic": analytic}  # fmt: skip
 

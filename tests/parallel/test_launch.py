@@ -309,6 +309,26 @@ print(launch(fn, 2, threads_per_process=2, timeout_s=60, verbose=False))
     assert done.stdout.split() == ["2"]
 
 
+def test_a_notebook_function_using_dist_beside_a_global_named_config_launches():
+    """cloudpickle sends the submodules a function's names reach (``dist`` + ``config`` →
+    ``torch.distributed.config``, a torch config module it could not pickle): found writing notebook 04."""
+    import subprocess
+    import sys
+
+    script = """
+import torch.distributed as dist
+from workbench.parallel import launch
+from workbench.train import TrainConfig
+config = TrainConfig(batch_size=8)
+def fn(strategy):
+    return dist.get_world_size() * config.batch_size
+print(launch(fn, 2, timeout_s=60, verbose=False))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["16"]
+
+
 def test_workers_stand_where_the_launcher_stands_now(tmp_path, monkeypatch):
     """cwd, environment and sys.path at launch time, not when the fork server started."""
     launch(lambda s: None, 2, verbose=False)  # the server is running from here on

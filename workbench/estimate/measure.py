@@ -128,7 +128,7 @@ def measure_training_step(
     if on_cuda:
         torch.cuda.synchronize(device)
         cuda_peak = torch.cuda.max_memory_allocated(device)
-    state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    state = state_tensors(optimizer)
     bucket_bytes = 0
     if buckets is not None:
         bucket_bytes = sum(n for address, n in buckets.buffers.items() if address not in grad_storages)
@@ -140,6 +140,24 @@ def measure_training_step(
         buckets=bucket_bytes,
         cuda_peak=cuda_peak,
     )
+
+
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """What this rank holds of `tensor`: a DTensor's (FSDP, tensor parallel) own shard, else the tensor."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """This rank's optimizer-state tensors (for ZeRO's ``ZeroRedundancyOptimizer``: its local optimizer's,
+    i.e. this rank's shard; DTensor states: their local shards)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    if isinstance(optimizer, ZeroRedundancyOptimizer):
+        optimizer = optimizer.optim  # the local optimizer over this rank's shard of the parameters
+    states = optimizer.state.values()
+    return [local_tensor(t) for state in states for t in state.values() if isinstance(t, torch.Tensor)]
 
 
 @dataclass(frozen=True)
@@ -209,12 +227,18 @@ def measure_peak(
     *,
     autocast_dtype: torch.dtype | None = None,
     proxy: bool = True,
+    buckets: BucketLog | None = None,
 ) -> PeakMemory:
     """The allocator's peak over a training step taken once the optimizer state exists (a first step runs
     unmeasured), with the component proxy of a third step (`measure_training_step`) beside it (`proxy`).
 
     The step is the Trainer's: forward (under autocast when `autocast_dtype` is given) and loss, backward,
-    ``optimizer.step()``, gradients set to None.
+    ``optimizer.step()``, gradients set to None. On a rank of a distributed model it is this rank's peak:
+    FSDP's and tensor parallel's DTensors count their local shards, ``ZeroRedundancyOptimizer`` its
+    shard of the state, and a DDP model's gradient buckets count when `buckets` is the `BucketLog` of a
+    `counting_allreduce_hook` registered on it (they live from the first step on, beside ``.grad``
+    or under it with ``gradient_as_bucket_view``; DDP rebuilds them after its first step, so a second
+    step runs unmeasured then).
     """
     device = inputs.device
 
@@ -226,9 +250,14 @@ def measure_peak(
         optimizer.zero_grad(set_to_none=True)
 
     step()
-    state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-    alive = [*model.parameters(), *model.buffers(), *state, inputs, targets]
-    peak = allocator_peak(step, alive, device)
+    if buckets is not None:
+        step()
+        buckets.buffers.clear()  # the measured step's buckets are logged anew
+    parameters = [local_tensor(t) for t in (*model.parameters(), *model.buffers())]
+    peak = allocator_peak(step, [*parameters, *state_tensors(optimizer), inputs, targets], device)
+    if buckets is not None and device.type != "cuda":  # CUDA's counter saw them allocated already
+        bucket_bytes = sum(buckets.buffers.values())
+        peak = PeakMemory(peak.peak + bucket_bytes, peak.before + bucket_bytes, peak.during, peak.source)
     if not proxy:
         return peak
     components = measure_training_step(

@@ -93,7 +93,7 @@ def dumps_by_value(value: Any, fn: Callable[..., Any], shared: SharedArrays | No
     if by_value:
         cloudpickle.register_pickle_by_value(module)
     try:
-        return cloudpickle.dumps(value) if shared is None else pickle_sharing(value, shared)
+        return pickle_sharing(value, shared)
     finally:
         if by_value:
             cloudpickle.unregister_pickle_by_value(module)

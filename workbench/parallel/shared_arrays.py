@@ -21,13 +21,16 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import pickle
 import re
 import shutil
+import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -134,16 +137,34 @@ class SharedArrays:
         return str(path)
 
 
-def pickle_sharing(value: Any, shared: SharedArrays) -> bytes:
-    """`value` cloudpickled, its large tensors and arrays as references to files of `shared`."""
-
-    class Pickler(cloudpickle.Pickler):
-        def persistent_id(self, obj: Any) -> Any:
-            return shared.reference(obj)
-
+def pickle_sharing(value: Any, shared: SharedArrays | None) -> bytes:
+    """`value` cloudpickled, its large tensors and arrays as references to files of `shared` (if any)."""
     buffer = io.BytesIO()
-    Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    _Pickler(buffer, shared).dump(value)
     return buffer.getvalue()
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, with shared arrays by reference and imported module objects of module subclasses by name.
+
+    cloudpickle sends a notebook function's imported submodules along with it (``dist.…`` plus a global
+    named ``config`` brings ``torch.distributed.config``); torch's config modules are instances of a
+    `ModuleType` subclass, which cloudpickle's table of reducers (keyed by exact type) misses.
+    """
+
+    def __init__(self, file: io.BytesIO, shared: SharedArrays | None) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.shared = shared
+
+    def persistent_id(self, obj: Any) -> Any:
+        return None if self.shared is None else self.shared.reference(obj)
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, types.ModuleType) and type(obj) is not types.ModuleType:
+            name = getattr(obj, "__name__", None)
+            if name is not None and sys.modules.get(name) is obj:
+                return importlib.import_module, (name,)
+        return super().reducer_override(obj)
 
 
 def loads_sharing(data: bytes) -> Any:
