@@ -238,9 +238,11 @@ def measure_peak(
     shard of the state, and a DDP model's gradient buckets count when `buckets` is the `BucketLog` of a
     `counting_allreduce_hook` registered on it (they live from the first step on, beside ``.grad``
     or under it with ``gradient_as_bucket_view``; DDP rebuilds them after its first step, so a second
-    step runs unmeasured then).
+    step runs unmeasured then). A batch that is a view into a larger tensor (a dataset's first rows) is
+    copied first, so that the dataset does not count as what the step began with.
     """
     device = inputs.device
+    inputs, targets = _own_storage(inputs), _own_storage(targets)
 
     def step() -> None:
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
@@ -264,3 +266,8 @@ def measure_peak(
         model, optimizer, loss_fn, inputs, targets, autocast_dtype=autocast_dtype
     )
     return PeakMemory(peak.peak, peak.before, peak.during, peak.source, components)
+
+
+def _own_storage(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`, or a copy when it is a view into a larger storage."""
+    return tensor if tensor.untyped_storage().nbytes() == tensor.nbytes else tensor.clone()

@@ -1,0 +1,20 @@
+"""`measure_peak`: what a step began with counts the model, its optimizer state and the batch, not a dataset
+the batch is a view of."""
+
+import torch
+from torch.nn import functional
+
+from workbench.estimate.measure import measure_peak
+
+
+def test_a_batch_sliced_from_a_dataset_counts_as_the_batch_alone():
+    dataset_x, dataset_y = torch.randn(10_000, 16), torch.randn(10_000, 1)  # 680 kB
+    peaks = []
+    for x, y in ((dataset_x[:8], dataset_y[:8]), (dataset_x[:8].clone(), dataset_y[:8].clone())):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(16, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        peaks.append(measure_peak(model, optimizer, functional.mse_loss, x, y, proxy=False))
+    view, copy = peaks
+    batch_and_state = 8 * 17 * 4 + 2 * 17 * 4  # the batch, the parameters and their momentum
+    assert view.before == copy.before == batch_and_state
