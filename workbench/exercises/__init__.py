@@ -6,6 +6,7 @@ first place they differ (which setting, which step, by how much) and a hint.
 """
 
 from workbench.exercises.grad_scaler import check_scale_update, simulate_loss_scaling
+from workbench.exercises.kernels import check_block_sum, check_map, check_outer_add, check_tiled_matmul
 from workbench.exercises.mismatch import ExerciseMismatch
 from workbench.exercises.optimizers import (
     OPTIMIZER_CHECKS,
@@ -19,8 +20,12 @@ from workbench.exercises.optimizers import (
 __all__ = [
     "OPTIMIZER_CHECKS",
     "ExerciseMismatch",
+    "check_block_sum",
+    "check_map",
     "check_optimizer_step",
+    "check_outer_add",
     "check_scale_update",
+    "check_tiled_matmul",
     "follow_trajectory",
     "quadratic",
     "simulate_loss_scaling",
