@@ -93,6 +93,32 @@ def test_ddp_on_one_machine_launches_local_processes(tmp_path, capsys):
     assert read_metrics(tmp_path / "local", kind="fit_start")[0]["world_size"] == 2
 
 
+def test_a_global_batch_is_shared_by_the_ranks_and_passed_on_to_the_torchrun_command(tmp_path, capsys):
+    argv = ["train", "regression-linear", "--strategy", "ddp", "--nproc-per-node", "2", "--n-samples", "4000"]
+    assert main([*argv, "--global-batch-size", "512", "--run", "shared", "--runs-dir", str(tmp_path)]) == 0
+    start = read_metrics(tmp_path / "shared", kind="fit_start")[0]
+    assert (start["world_size"], start["config"]["batch_size"]) == (2, 256)
+    capsys.readouterr()
+    assert main(["train", "digits-mlp", "--strategy", "fsdp", "--nnodes", "2", "--master-addr", "node0",
+                 "--global-batch-size", "64"]) == 0  # fmt: skip
+    printed = capsys.readouterr().out.rstrip()
+    assert printed.endswith("train digits-mlp --global-batch-size 64 --strategy fsdp")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--strategy", "pipeline", "--global-batch-size", "64"], "--global-batch-size is for --strategy"),
+        (["--strategy", "ddp", "--global-batch-size", "64", "--batch-size", "32"], "give --batch-size (per"),
+        (["--strategy", "ddp", "--nproc-per-node", "3", "--global-batch-size", "64"],
+         "--global-batch-size 64 does not split evenly over 3 ranks; give a multiple of 3"),
+    ],
+)  # fmt: skip
+def test_a_global_batch_that_cannot_be_shared_is_refused_before_anything_starts(argv, message, capsys):
+    assert main(["train", "digits-mlp", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag", ["--nproc-per-node", "--nnodes"])
 def test_ddp_refuses_fewer_than_one(flag, capsys):
     assert main(["train", "digits-mlp", "--strategy", "ddp", flag, "0"]) == 2

@@ -147,7 +147,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     train.add_argument("preset", nargs="?", help="which experiment; see --list")
     train.add_argument("--list", action="store_true", help="list the presets and exit")
     train.add_argument("--epochs", type=int)
-    train.add_argument("--batch-size", type=int)
+    train.add_argument("--batch-size", type=int, help="samples per step on each rank (the preset's default)")
     train.add_argument("--optimizer", choices=OPTIMIZERS)
     train.add_argument("--lr", type=float)
     train.add_argument("--momentum", type=float)
@@ -194,6 +194,13 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     ddp.add_argument("--microbatches", type=int, default=4, help="--strategy pipeline: per batch (default 4)")
     ddp.add_argument("--split-points", help="--strategy pipeline: layers where stages begin, e.g. block1")
     ddp.add_argument("--nproc-per-node", type=int, default=2, help="processes per machine (default 2)")
+    ddp.add_argument(
+        "--global-batch-size",
+        type=int,
+        help="--strategy ddp or fsdp: samples per step over all ranks, each rank taking its share (instead "
+        "of --batch-size per rank), so that a job restarted on fewer machines (torchrun --nnodes MIN:MAX) "
+        "keeps its batch and resumes",
+    )
     ddp.add_argument(
         "--spark-master",
         metavar="URL",
@@ -415,6 +422,7 @@ def _train_distributed(args: argparse.Namespace) -> int:
         timeout = args.collective_timeout
         join_process_group_from_env(args.backend, timeout, who=f"--strategy {args.strategy}")
         strategy.bind()
+        _share_global_batch(args, strategy.data_world_size)
         failed = True
         try:
             status = _train_here(args, strategy)
@@ -436,7 +444,8 @@ def _train_distributed(args: argparse.Namespace) -> int:
     for flag in ("nproc_per_node", "nnodes"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be ≥ 1, got {getattr(args, flag)}")
-    experiment = _experiment(args)  # checked here, before any process starts
+    _share_global_batch(args, args.nnodes * args.nproc_per_node)  # checked here; under torchrun each rank
+    experiment = _experiment(args)  # shares it again over the world it finds. Checked before anything starts
     strategy.validate(experiment.model, experiment.config, world_size=args.nnodes * args.nproc_per_node)
     if args.nnodes > 1 and args.master_addr is None:
         raise ValueError(
@@ -459,6 +468,30 @@ def _train_distributed(args: argparse.Namespace) -> int:
     if args.spark_master is not None:
         return _train_on_spark(args, train, strategy)
     return launch(train, args.nproc_per_node, strategy=strategy, backend=args.backend)
+
+
+def _share_global_batch(args: argparse.Namespace, ranks: int) -> None:
+    """Set ``args.batch_size`` to this rank's share of ``--global-batch-size`` over `ranks` data shards."""
+    total = args.global_batch_size
+    if total is None:
+        return
+    if args.strategy not in ("ddp", "fsdp"):
+        raise ValueError(
+            f"--global-batch-size is for --strategy ddp or fsdp (each rank a share of the batch); "
+            f"--strategy {args.strategy} takes --batch-size"
+        )
+    if args.batch_size is not None:
+        raise ValueError(
+            f"give --batch-size (per rank) or --global-batch-size (over all ranks), not both: got "
+            f"--batch-size {args.batch_size} and --global-batch-size {total}"
+        )
+    if total < 1 or total % ranks:
+        raise ValueError(
+            f"--global-batch-size {total} does not split evenly over {ranks} ranks; give a multiple of "
+            f"{ranks} (a multiple of every world size the job may run at, e.g. of 2 and 1 for "
+            "--nnodes 1:2 with one process each)"
+        )
+    args.batch_size = total // ranks
 
 
 def _train_on_spark(args: argparse.Namespace, train: Any, strategy: Any) -> int:

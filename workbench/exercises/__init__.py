@@ -16,6 +16,7 @@ from workbench.exercises.optimizers import (
     steps_to_reach,
     trajectory_figure,
 )
+from workbench.exercises.tensor_parallel import check_tensor_parallel_mlp, split_mlp
 
 __all__ = [
     "OPTIMIZER_CHECKS",
@@ -25,10 +26,12 @@ __all__ = [
     "check_optimizer_step",
     "check_outer_add",
     "check_scale_update",
+    "check_tensor_parallel_mlp",
     "check_tiled_matmul",
     "follow_trajectory",
     "quadratic",
     "simulate_loss_scaling",
+    "split_mlp",
     "steps_to_reach",
     "trajectory_figure",
 ]

@@ -136,7 +136,8 @@ class DistributedStrategy(StrategyBase):
         where = f"{self.device.type}" if self.device.type == "cpu" else "one GPU each"
         count = torch.get_num_threads()
         threads = f", {count} thread{'s' if count > 1 else ''} each" if self.device.type == "cpu" else ""
-        return f"{self.world_size} processes ({self.backend}, {where}{threads})"
+        processes = "process" if self.world_size == 1 else "processes"
+        return f"{self.world_size} {processes} ({self.backend}, {where}{threads})"
 
     def describe(self) -> str:
         return f"{self.processes()}, {self.summary()}"
