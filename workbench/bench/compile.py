@@ -17,6 +17,7 @@ those kernels as they are and fuses the rest, so ``1 / library_share`` is the mo
 from __future__ import annotations
 
 import copy
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -102,8 +103,8 @@ def _compare(name: str, mode: str, repeats: int, epochs: int) -> CompileComparis
 
 def _library_share(experiment, splits: Splits) -> float:
     """The share of an eager fit's profiled steps (after the first) spent in the libraries' kernels."""
-    steps = len(splits.train) // experiment.config.batch_size  # one epoch's, at least 1 (drop_last off)
-    config = experiment.config.replace(epochs=1, profile_steps=(min(2, steps), max(2, min(steps, 21))))
+    steps = math.ceil(len(splits.train) / experiment.config.batch_size)  # one epoch's (the last may be short)
+    config = experiment.config.replace(epochs=1, profile_steps=(min(2, steps), min(steps, 21)))
     trainer = Trainer(copy.deepcopy(experiment.model), experiment.loss_fn, splits, config)
     trainer.fit()
     return trainer.profile.library_share if trainer.profile is not None else 0.0

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from workbench.train.gradients import local
+from workbench.train.memory import state_tensors
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -142,24 +145,6 @@ def measure_training_step(
     )
 
 
-def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """What this rank holds of `tensor`: a DTensor's (FSDP, tensor parallel) own shard, else the tensor."""
-    from torch.distributed.tensor import DTensor
-
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
-
-
-def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    """This rank's optimizer-state tensors (for ZeRO's ``ZeroRedundancyOptimizer``: its local optimizer's,
-    i.e. this rank's shard; DTensor states: their local shards)."""
-    from torch.distributed.optim import ZeroRedundancyOptimizer
-
-    if isinstance(optimizer, ZeroRedundancyOptimizer):
-        optimizer = optimizer.optim  # the local optimizer over this rank's shard of the parameters
-    states = optimizer.state.values()
-    return [local_tensor(t) for state in states for t in state.values() if isinstance(t, torch.Tensor)]
-
-
 @dataclass(frozen=True)
 class PeakMemory:
     """The allocator's peak over one training step, in bytes: `before` (what was alive when it began:
@@ -255,7 +240,7 @@ def measure_peak(
     if buckets is not None:
         step()
         buckets.buffers.clear()  # the measured step's buckets are logged anew
-    parameters = [local_tensor(t) for t in (*model.parameters(), *model.buffers())]
+    parameters = [local(t) for t in (*model.parameters(), *model.buffers())]
     peak = allocator_peak(step, [*parameters, *state_tensors(optimizer), inputs, targets], device)
     if buckets is not None and device.type != "cuda":  # CUDA's counter saw them allocated already
         bucket_bytes = sum(buckets.buffers.values())

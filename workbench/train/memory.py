@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,6 +38,16 @@ def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
         storage = local(tensor).untyped_storage()
         seen.setdefault(storage.data_ptr(), storage.nbytes())
     return sum(seen.values())
+
+
+def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """This rank's optimizer-state tensors: for ZeRO's ``ZeroRedundancyOptimizer``, its local optimizer's
+    (this rank's shard of the parameters); DTensor states as their local shards."""
+    zero = sys.modules.get("torch.distributed.optim")  # imported wherever such an optimizer exists
+    if zero is not None and isinstance(optimizer, zero.ZeroRedundancyOptimizer):
+        optimizer = optimizer.optim
+    states = optimizer.state.values()
+    return [local(t) for state in states for t in state.values() if isinstance(t, torch.Tensor)]
 
 
 class StepMemoryProbe:
@@ -65,7 +76,7 @@ class StepMemoryProbe:
         """Bytes on this rank: ``params``, ``grads`` (call before zero_grad), ``optimizer_state``,
         ``activations`` (peak saved for backward), ``cuda_peak`` (GPU, else None), ``device``."""
         params = list(self.model.parameters())
-        state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        state = state_tensors(optimizer)
         cuda_peak = None
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
