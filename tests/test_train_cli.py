@@ -45,6 +45,20 @@ def test_resume_continues_a_stopped_run(tmp_path, capsys):
     assert [e["start_step"] for e in read_metrics(tmp_path / "r", kind="fit_start")] == [0, 46]
 
 
+def test_an_elastic_restart_before_the_first_checkpoint_starts_over(tmp_path, capsys, monkeypatch):
+    args = ["train", "regression-linear", "--epochs", "1", "--run", "r", "--runs-dir", str(tmp_path)]
+    args.append("--resume")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "metrics.jsonl").write_text('{"event": "fit_start", "start_step": 0}\n')  # died unsaved
+    assert main(args) == 2  # typed by hand, --resume on a run that never saved is refused: its log is kept
+    assert "nothing to resume" in capsys.readouterr().err
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # what torchrun sets when it restarts the workers
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "restart 1 of this torchrun job, and no checkpoint was saved before it: training starts" in err
+    assert [e["start_step"] for e in read_metrics(tmp_path / "r", kind="fit_start")] == [0]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

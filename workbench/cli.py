@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import shlex
 import sys
@@ -355,6 +356,23 @@ def _loggers(tools: list[str], runs_dir: Path) -> list[Any]:
     return [made[tool]() for tool in dict.fromkeys(tools)]
 
 
+def _resume_after_restart(resume: bool, run_dir: Any, main: bool) -> bool:
+    """`--resume`, except after torchrun restarted the workers before the run's first checkpoint: then the
+    metrics log is this job's own failed try, and training starts over (a plain fit rewrites the log)."""
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if not (resume and restart.isdigit() and int(restart) > 0 and run_dir is not None):
+        return resume
+    if run_dir.latest_checkpoint() is not None:
+        return True
+    if main:
+        print(
+            f"workbench train: restart {restart} of this torchrun job, and no checkpoint was saved "
+            "before it: training starts over",
+            file=sys.stderr,
+        )
+    return False
+
+
 def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) -> int:
     """Train the preset (`experiment`, else built from `args`) in this process, alone or as one rank of a
     distributed job; rank 0 prints."""
@@ -380,7 +398,7 @@ def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None)
         runs_dir=args.runs_dir,
         strategy=strategy,
     )
-    result = trainer.fit(resume=args.resume)
+    result = trainer.fit(resume=_resume_after_restart(args.resume, trainer.run_dir, main))
     if not main:
         return 0
     rows = [["train", "loss", f"{result.train_loss:.5f}"]]

@@ -421,3 +421,22 @@ def test_a_profile_request_traces_the_same_steps_on_every_rank(tmp_path):
     assert sorted(rank for rank, _ in reported) == [0, 1]  # each rank's step event says so
     for rank in (0, 1):
         assert (tmp_path / "profiled" / "profile" / f"rank{rank}.json").is_file()
+
+
+def _resume_when_rank_0_has_logged(strategy, runs_dir):
+    trainer = Trainer(
+        _model(), torch.nn.functional.mse_loss, _splits(), _config(), strategy=strategy, run="race",
+        runs_dir=runs_dir,
+    )  # fmt: skip
+    if strategy.rank != 0:  # a slower rank: without an agreed answer it saw rank 0's fresh metrics log
+        deadline = time.monotonic() + 3.0
+        while not (runs_dir / "race" / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return trainer.fit(resume=True).step
+
+
+def test_every_rank_takes_rank_0s_resume_decision_so_a_slow_rank_does_not_refuse_a_fresh_run(tmp_path):
+    """A new run started with resume=True (as an elastic torchrun job's command is): rank 0 starts the metrics
+    log at once, so a rank that looked later used to refuse "a run that logged but never saved"."""
+    steps = launch(_resume_when_rank_0_has_logged, 2, args=(tmp_path,), verbose=False)
+    assert steps == SAMPLES // (2 * 8)

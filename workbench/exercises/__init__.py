@@ -7,6 +7,7 @@ first place they differ (which setting, which step, by how much) and a hint.
 
 from workbench.exercises.grad_scaler import check_scale_update, simulate_loss_scaling
 from workbench.exercises.kernels import check_block_sum, check_map, check_outer_add, check_tiled_matmul
+from workbench.exercises.launchers import check_launcher_place, launcher_cases
 from workbench.exercises.mismatch import ExerciseMismatch
 from workbench.exercises.optimizers import (
     OPTIMIZER_CHECKS,
@@ -22,6 +23,7 @@ __all__ = [
     "OPTIMIZER_CHECKS",
     "ExerciseMismatch",
     "check_block_sum",
+    "check_launcher_place",
     "check_map",
     "check_optimizer_step",
     "check_outer_add",
@@ -29,6 +31,7 @@ __all__ = [
     "check_tensor_parallel_mlp",
     "check_tiled_matmul",
     "follow_trajectory",
+    "launcher_cases",
     "quadratic",
     "simulate_loss_scaling",
     "split_mlp",

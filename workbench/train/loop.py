@@ -554,7 +554,7 @@ class Trainer:
     # ------------------------------------------------------------------ state
 
     def _start(self, resume: bool | str | os.PathLike) -> None:
-        path = resume_path(resume, self.run_dir)
+        path = self._agreed_resume_path(resume)
         self._memory = None
         self._resume_changes = ""
         if path is None:
@@ -581,6 +581,21 @@ class Trainer:
         self._memory_step = self.step + (1 if known and self.total_steps - self.step < 2 else 2)
         if self.run_dir is not None and self.strategy.is_main:  # one writer, also on a shared filesystem
             self.run_dir.write_config(self.config)
+
+    def _agreed_resume_path(self, resume: bool | str | os.PathLike) -> Path | None:
+        """Rank 0's answer to "resume from where?", taken by every rank. The run's files change while the
+        ranks look (rank 0 starts the metrics log as soon as it has decided), so ranks deciding alone could
+        disagree: one resuming, another refusing a run that "logged but never saved"."""
+        decision: Path | ValueError | None = None
+        if self.strategy.is_main:
+            try:
+                decision = resume_path(resume, self.run_dir)
+            except ValueError as error:
+                decision = error
+        agreed = self.strategy.gather_object(decision)[0]
+        if isinstance(agreed, ValueError):
+            raise ValueError(str(agreed))
+        return agreed
 
     def _save(self) -> None:
         """Rank 0 writes the checkpoint (every rank takes part in gathering the state and RNGs)."""
