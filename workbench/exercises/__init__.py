@@ -9,6 +9,7 @@ from workbench.exercises.grad_scaler import check_scale_update, simulate_loss_sc
 from workbench.exercises.kernels import check_block_sum, check_map, check_outer_add, check_tiled_matmul
 from workbench.exercises.launchers import check_launcher_place, launcher_cases
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.occupancy import check_blocks_per_sm
 from workbench.exercises.optimizers import (
     OPTIMIZER_CHECKS,
     check_optimizer_step,
@@ -23,6 +24,7 @@ __all__ = [
     "OPTIMIZER_CHECKS",
     "ExerciseMismatch",
     "check_block_sum",
+    "check_blocks_per_sm",
     "check_launcher_place",
     "check_map",
     "check_optimizer_step",

@@ -104,7 +104,7 @@ def occupancy(registers: int, threads: int, shared_bytes: int, limits: SmLimits)
     warps = math.ceil(threads / 32)
     per_warp = math.ceil(max(registers, 1) * 32 / limits.register_unit) * limits.register_unit
     by_registers = limits.registers // per_warp // warps
-    by_shared = limits.shared_per_sm // (shared_bytes + limits.shared_reserved)
+    by_shared = limits.shared_per_sm // max(shared_bytes + limits.shared_reserved, 1)
     by_threads = limits.max_threads // threads if threads <= 1024 else 0
     blocks = min(by_registers, by_shared, by_threads, limits.max_blocks)
     return blocks, blocks * warps / (limits.max_threads // 32)
