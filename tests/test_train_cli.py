@@ -212,6 +212,25 @@ def test_the_printed_command_pasted_on_one_machine_of_two_stops_after_the_join_t
     assert time.monotonic() - started < 5 + 30  # not torchrun's default of 600 s
 
 
+def test_the_printed_command_with_a_global_batch_pasted_into_a_shell_trains_with_each_ranks_share(
+    tmp_path, free_port
+):
+    import os
+
+    argv = ["train", "digits-mlp", "--strategy", "ddp", "--nnodes", "1", "--nproc-per-node", "2"]
+    argv += ["--master-addr", "127.0.0.1", "--master-port", str(free_port()), "--global-batch-size", "64"]
+    argv += ["--epochs", "1", "--threads", "1", "--run-name", "g", "--runs-dir", str(tmp_path)]
+    argv.append("--print-command")
+    printed = subprocess.run([sys.executable, "-m", "workbench", *argv], capture_output=True, text=True)
+    assert printed.returncode == 0, printed.stderr
+    path = f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"  # the venv's `workbench`
+    pasted = subprocess.run(["bash", "-c", printed.stdout], capture_output=True, text=True,
+                            env={**os.environ, "PATH": path}, timeout=240)  # fmt: skip
+    assert pasted.returncode == 0, pasted.stderr
+    start = read_metrics(tmp_path / "g", kind="fit_start")[0]
+    assert (start["world_size"], start["config"]["batch_size"]) == (2, 32)
+
+
 def test_compile_trains_compiled_and_reports_the_compile_apart(tmp_path, capsys):
     torch.compiler.reset()  # graphs of the same shapes compiled by an earlier test would be reused
     args = ["train", "digits-mlp", "--epochs", "1", "--compile", "default", "--run", "c"]
