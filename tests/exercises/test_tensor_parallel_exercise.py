@@ -42,8 +42,8 @@ def test_the_reference_answer_passes():
     [
         (bias_on_every_rank, "on 2 ranks: b2 added on every rank"),
         (averaged, "on 2 ranks: the partials averaged instead of summed"),
-        (gelu_after_the_sum, "on 1 ranks: GeLU after the all-reduce"),
-        (hidden_only, r"returned \(5, 16\) on 1 ranks; the MLP's output is \(5, 4\)"),
+        (gelu_after_the_sum, "on 1 rank: GeLU after the all-reduce"),
+        (hidden_only, r"returned \(5, 16\) on 1 rank; the MLP's output is \(5, 4\)"),
     ],
 )
 def test_each_slip_is_named(answer, message):

@@ -60,13 +60,13 @@ def check_tensor_parallel_mlp(tp_mlp: Callable[..., Any]) -> str:
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             raise ExerciseMismatch(
-                f"{name} returned {shape} on {ranks} ranks; the MLP's output is {tuple(want.shape)} (batch × "
+                f"{name} returned {shape} on {_ranks(ranks)}; the MLP's output is {tuple(want.shape)} (batch × "
                 f"outputs): each rank's partial is already full size. Hint: {_HINT}"
             )
         error = float((got - want).abs().max())
         if error > TOLERANCE:
             raise ExerciseMismatch(
-                f"{name} differs from the unsplit MLP by {error:.3g} on {ranks} ranks"
+                f"{name} differs from the unsplit MLP by {error:.3g} on {_ranks(ranks)}"
                 f"{_diagnose(got, x, w1, b1, w2, b2, ranks)}. Hint: {_HINT}"
             )
     return f"{name} matches the unsplit MLP on 1, 2 and 4 ranks (within {TOLERANCE:g})"
@@ -86,3 +86,7 @@ def _diagnose(got, x, w1, b1, w2, b2, ranks: int) -> str:
         if torch.allclose(got, wrong, atol=TOLERANCE, rtol=0):
             return f": {slip}"
     return ""
+
+
+def _ranks(count: int) -> str:
+    return f"{count} rank" if count == 1 else f"{count} ranks"
