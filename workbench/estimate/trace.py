@@ -32,6 +32,7 @@ from torch import nn
 
 from workbench.train.config import OptimizerConfig
 from workbench.train.optim import build_optimizer, plain_tensors
+from workbench.train.precision import autocast_dtype
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # MemTracker's categories → ours
@@ -85,7 +86,7 @@ def trace_step_memory(
     if loss_fn is not None and target is None:
         raise ValueError("loss_fn needs target= (one target sample, as `sample` is one input)")
     started = time.perf_counter()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    dtype = autocast_dtype(precision)
     device = next((p.device for p in model.parameters()), sample.device)
     fused = plain_tensors(list(model.parameters()))  # outside the mode: inside, .data is a fake tensor
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
@@ -198,7 +199,7 @@ def calibrate(
     only real steps show. (At a batch of 1 or 2 fixed workspaces dominate: too small to compare.)"""
     from workbench.estimate.measure import measure_peak
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    dtype = autocast_dtype(precision)
     larger = min(CALIBRATION_BATCH, batch_size)
     batches = (max(1, larger // 2), larger)
     real, traced = [], []

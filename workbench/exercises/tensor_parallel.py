@@ -60,8 +60,8 @@ def check_tensor_parallel_mlp(tp_mlp: Callable[..., Any]) -> str:
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             raise ExerciseMismatch(
-                f"{name} returned {shape} on {_ranks(ranks)}; the MLP's output is {tuple(want.shape)} (batch × "
-                f"outputs): each rank's partial is already full size. Hint: {_HINT}"
+                f"{name} returned {shape} on {_ranks(ranks)}; the MLP's output is {tuple(want.shape)} "
+                f"(batch × outputs): each rank's partial is already full size. Hint: {_HINT}"
             )
         error = float((got - want).abs().max())
         if error > TOLERANCE:

@@ -21,9 +21,9 @@ class Precision:
 
     def autocast(self) -> AbstractContextManager:
         """Context for the forward pass and loss."""
-        if self.name == "fp32":
+        dtype = autocast_dtype(self.name)
+        if dtype is None:
             return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.name == "bf16" else torch.float16
         return torch.autocast(self.device_type, dtype=dtype)
 
     def scaler(self) -> torch.amp.GradScaler | None:
@@ -31,6 +31,16 @@ class Precision:
         if self.name != "fp16":
             return None
         return torch.amp.GradScaler(self.device_type)
+
+
+def autocast_dtype(name: str) -> torch.dtype | None:
+    """The dtype autocast runs a precision's forward in: bf16 and fp16 their own, None for fp32 (no autocast).
+
+    Example:
+        >>> autocast_dtype("bf16"), autocast_dtype("fp32")
+        (torch.bfloat16, None)
+    """
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name)
 
 
 def resolve_precision(name: str, device: torch.device) -> Precision:
