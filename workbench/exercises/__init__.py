@@ -18,6 +18,7 @@ from workbench.exercises.optimizers import (
     steps_to_reach,
     trajectory_figure,
 )
+from workbench.exercises.schedules import check_lr_schedule
 from workbench.exercises.tensor_parallel import check_tensor_parallel_mlp, split_mlp
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "check_block_sum",
     "check_blocks_per_sm",
     "check_launcher_place",
+    "check_lr_schedule",
     "check_map",
     "check_optimizer_step",
     "check_outer_add",
