@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +155,12 @@ def wait_for_run_all(page, lab: Lab, notebook: str, timeout_s: float) -> None:
     # Done when the code cells are numbered [1], [2], … [n] in order (a fresh kernel ran each once; stored
     # numbers of checked outputs do not look like that) and the kernel is idle again.
     cells = json.loads((lab.notebooks / notebook).read_text())["cells"]
+    started = time.monotonic()
     try:
         wait_until_all_ran(page, sum(c["cell_type"] == "code" for c in cells), timeout_s)
+        # Collapsed cells show no prompt: when the last cells are (an exercise's answers), the prompts above
+        # are all numbered while those still run. The kernel then tells: idle, no cell run for a while.
+        wait_until_kernel_quiet(lab, notebook, timeout_s - (time.monotonic() - started))
     except Exception:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{notebook}-unfinished.png"), full_page=True)
@@ -234,6 +239,22 @@ def wait_until_all_ran(page, code_cells: int, timeout_s: float) -> None:
         arg=code_cells,
         timeout=timeout_s * 1000,
     )
+
+
+def wait_until_kernel_quiet(lab: Lab, notebook: str, timeout_s: float, quiet_s: float = 3.0) -> None:
+    """Until the kernel of `notebook`'s session is idle and ran no cell for `quiet_s` seconds (Run All sends
+    every cell at once, so between two cells the kernel is idle for milliseconds only)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with urllib.request.urlopen(f"{lab.url}/api/sessions?token={TOKEN}", timeout=10) as answer:
+            sessions = json.loads(answer.read())
+        kernel = next(s["kernel"] for s in sessions if s["path"] == notebook)
+        quiet = datetime.now(UTC) - datetime.fromisoformat(kernel["last_activity"].replace("Z", "+00:00"))
+        if kernel["execution_state"] == "idle" and quiet.total_seconds() >= quiet_s:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{notebook}'s kernel is still {kernel['execution_state']}")
+        time.sleep(0.5)
 
 
 def errors_in_page(page) -> list[str]:

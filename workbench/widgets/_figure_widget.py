@@ -7,9 +7,13 @@ the server's sockets (a page with three Dashboards: ~85 MB). Here the bundle tra
 the binary state of one hidden `PlotlyBundle` model, and each plot syncs a small loader naming that model.
 The first plot in a page imports the bundle from it; every later plot reuses the module. No round trip to
 the kernel is needed, so plots still draw while a cell keeps the kernel busy (Run All, a blocking fit).
+A view draws again when the whole figure arrives after it drew (see `sync_figure_for_display`).
+The edits a plot receives while the bundle loads (a Dashboard started before it is shown draws at once)
+are kept in order and handed to plotly once it listens; plotly applies each edit as a delta, so one lost
+edit would leave the page's plot empty for good.
 
     >>> figure = FigureWidget()
-    >>> len(figure._esm) < 3000 < len(bundle_model().bundle)
+    >>> len(figure._esm) < 5000 < len(bundle_model().bundle)
     True
     >>> figure._bundle_model == bundle_model().model_id
     True
@@ -52,14 +56,61 @@ function plotlyWidget(model) {
 
 export default async () => {
   let widget;  // plotly's definition for this model: its factory keeps the model's state in a closure
+  let drawing = null;  // the view whose render is registering listeners now
   return {
     async initialize(context) {
       const definition = await plotlyWidget(context.model);
       widget = typeof definition === "function" ? await definition() : definition;
-      return widget.initialize ? widget.initialize(context) : undefined;
+      // plotly's model and views listen through this model: a view's listeners end with the view
+      const model = new Proxy(context.model, {
+        get(target, property) {
+          if (property === "on") {
+            return (event, callback, ...rest) => {
+              const view = drawing;
+              const listener = (...args) => (view && !view.active ? undefined : callback(...args));
+              return target.on(event, listener, ...rest);
+            };
+          }
+          const value = target[property];
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+      return widget.initialize ? widget.initialize({ ...context, model }) : undefined;
     },
     render(context) {
-      return widget.render(context);
+      let view = null;
+      const draw = () => {
+        if (view) view.stop();
+        const token = { active: true };
+        const el = document.createElement("div");
+        context.el.replaceChildren(el);
+        drawing = token;
+        let cleanup;
+        try {
+          cleanup = widget.render({ ...context, el });
+        } finally {
+          drawing = null;
+        }
+        view = { stop: () => { token.active = false; if (typeof cleanup === "function") cleanup(); } };
+      };
+      draw();
+      // plotly's view draws the state it finds, then follows edits. The whole figure sent when it is shown
+      // (sync_figure_for_display: its layout, then its traces) can reach the model after this view drew
+      // (ipywidgets applies updates asynchronously): then draw again from it, once for the pair, or every
+      // later edit lands on a plot without its traces or title. Listen to both: equal traces send nothing.
+      let pending = false;
+      const redraw = () => {
+        if (!pending) {
+          pending = true;
+          queueMicrotask(() => { pending = false; draw(); });
+        }
+      };
+      const whole = ["change:_widget_layout", "change:_widget_data"];
+      for (const event of whole) context.model.on(event, redraw);
+      return () => {
+        for (const event of whole) context.model.off(event, redraw);
+        if (view) view.stop();
+      };
     },
   };
 };
