@@ -94,8 +94,9 @@ class TensorParallel(ShardedStrategy):
             heads = _heads(module)
             if heads is not None and plan.get(f"{name}.q") == "colwise" and heads % world_size:
                 raise ValueError(
-                    f"{name!r} has {heads} attention heads, which do not divide among {world_size} ranks "
-                    "(each rank computes whole heads)"
+                    f"{name!r} has n_heads={heads}, which does not divide among {world_size} ranks (each "
+                    f"rank computes whole heads); launch a number of ranks that divides {heads}, or build "
+                    f"the model with a multiple of {world_size} heads"
                 )
 
     def plan_for(self, model: nn.Module) -> dict[str, str]:
