@@ -1,5 +1,7 @@
-"""The tutorial path: every notebook in notebooks/ is collected by nbval (none silently skipped)."""
+"""The tutorial path: every notebook in notebooks/ is collected by nbval (none silently skipped), and every
+exercise comes with an answer a learner can open."""
 
+import re
 import subprocess
 import sys
 
@@ -41,3 +43,50 @@ def test_notebooks_store_no_widget_state_and_stay_small():
         notebook = nbformat.read(path, as_version=4)
         assert "widgets" not in notebook.metadata, f"{path.name} stores widget state (clear it before saving)"
         assert path.stat().st_size < 100_000, f"{path.name} is {path.stat().st_size:,} bytes"
+
+
+def _exercises(notebook) -> tuple[int, list[str]] | None:
+    """(index of the cell, its numbered items) of the notebook's "## Exercises" section, if it has one."""
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "markdown" and "## Exercises" in cell.source:
+            section = cell.source[cell.source.index("## Exercises") :]
+            return index, re.split(r"^\d+\. ", section, flags=re.M)[1:]
+    return None
+
+
+def _collapsed(cell) -> bool:
+    return cell.metadata.get("jupyter", {}).get("source_hidden", False)
+
+
+def test_every_exercise_has_an_answer_to_open():
+    with_exercises = 0
+    for path in NOTEBOOKS:
+        notebook = nbformat.read(path, as_version=4)
+        found = _exercises(notebook)
+        if found is None:
+            continue
+        with_exercises += 1
+        index, items = found
+        assert items, f"{path.name}: an Exercises section without numbered exercises"
+        for number, item in enumerate(items, 1):
+            answer = item.find("<details><summary>Answer</summary>")
+            assert answer >= 0 and "</details>" in item[answer:], (
+                f"{path.name}: exercise {number} has no answer"
+            )
+            if "collapsed cell below" in item:  # the answer is code that runs under Run All and in CI
+                following = notebook.cells[index + 1]
+                where = f"{path.name}: exercise {number}'s answer, cell {index + 1},"
+                assert following.cell_type == "code" and _collapsed(following), (
+                    f"{where} is no collapsed code"
+                )
+    assert with_exercises >= 8
+
+
+def test_answer_cells_start_collapsed():
+    answers = 0
+    for path in NOTEBOOKS:
+        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if cell.cell_type == "code" and re.search(r"^# (One answer|Answers?)\b", cell.source, flags=re.M):
+                answers += 1
+                assert _collapsed(cell), f"{path.name} cell {index} holds an answer but is not collapsed"
+    assert answers >= 9
