@@ -141,7 +141,7 @@ def _drive_the_controls(page, dashboard, job: str) -> None:
     applied_after = {}
     for cycle, new_lr in enumerate(NEW_LRS):  # twice: each widget's second change must get through too
         dashboard.locator("button", has_text="Pause").click()
-        _until(lambda: "paused" in _status(dashboard), "the status says paused", timeout=10)
+        _until(lambda: "paused" in _status(dashboard), "the status says paused", timeout=30)
         time.sleep(0.5)  # the step in flight when Pause arrived
         held_at = _step(dashboard)
         time.sleep(2.5)
@@ -173,7 +173,7 @@ def _drive_the_controls(page, dashboard, job: str) -> None:
 
         metric = ("samples/s", "learning rate")[cycle]  # the plots' own controls, twice each too
         dashboard.locator("select").select_option(label=metric)  # the metric plot's dropdown
-        _until(lambda m=metric: m in _plot_titles(dashboard), f"the metric plot shows {metric}", timeout=20)
+        _until(lambda m=metric: m in _plot_titles(dashboard), f"the metric plot shows {metric}", timeout=30)
         dashboard.locator("button", has_text="log y").click()
         axis = "log" if cycle == 0 else "linear"
         _until(lambda a=axis: _loss_axis_type(page) == a, f"the loss axis turns {axis}", timeout=20)

@@ -360,11 +360,19 @@ def _traced(
     if calibrate and sum(p.numel() for p in model.parameters()) <= CALIBRATION_MAX_PARAMS:
         check = trace.calibrate(model, sample, batch_size=batch_size, **options)
         low, high = check.batches
-        if check.agrees(CHECK_TOLERANCE):
+        extrapolated = check.extrapolate(batch_size)
+        if not check.agrees(CHECK_TOLERANCE):
+            why = f"traced was {check.error:+.0%}"
+        elif check.outgrows(step.peak, batch_size, CHECK_TOLERANCE):
+            short = step.peak / extrapolated - 1
+            why = f"traced grows more slowly with the batch: {short:+.0%} at {batch_size}"
+        else:
+            why = ""
+        if not why:
             basis = f"traced (checked: {check.error:+.1%} at batch {high})"
         else:  # kernels allocate what the trace cannot see: what it misses counts as temporaries
-            parts["temporaries"] += check.extrapolate(batch_size) - step.peak
-            basis = f"measured at batch {low} and {high}, extrapolated (traced was {check.error:+.0%})"
+            parts["temporaries"] += extrapolated - step.peak
+            basis = f"measured at batch {low} and {high}, extrapolated ({why})"
             uncertainty = EXTRAPOLATED_UNCERTAINTY if batch_size > high else TRACED_UNCERTAINTY
     buffers = 0.0
     if strategy == "ddp" and not gradient_as_bucket_view:

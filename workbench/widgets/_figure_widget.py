@@ -8,12 +8,15 @@ the binary state of one hidden `PlotlyBundle` model, and each plot syncs a small
 The first plot in a page imports the bundle from it; every later plot reuses the module. No round trip to
 the kernel is needed, so plots still draw while a cell keeps the kernel busy (Run All, a blocking fit).
 A view draws again when the whole figure arrives after it drew (see `sync_figure_for_display`).
-The edits a plot receives while the bundle loads (a Dashboard started before it is shown draws at once)
-are kept in order and handed to plotly once it listens; plotly applies each edit as a delta, so one lost
-edit would leave the page's plot empty for good.
+anywidget (0.11) drops every later message of a model whose `initialize` takes over 2 s, and the bundle
+can take longer to load (a busy 2-core machine): so `initialize` returns at once, and the edits a plot
+receives while the bundle loads (a Dashboard started before it is shown draws at once) are kept in order
+and replayed by each view that draws once it has loaded (plotly's own model keeps no edits: its state is the
+latest whole figure); plotly applies each edit as a delta, so one lost edit would leave the plot empty for
+good.
 
     >>> figure = FigureWidget()
-    >>> len(figure._esm) < 5000 < len(bundle_model().bundle)
+    >>> len(figure._esm) < 8000 < len(bundle_model().bundle)
     True
     >>> figure._bundle_model == bundle_model().model_id
     True
@@ -54,34 +57,68 @@ function plotlyWidget(model) {
   return loading;
 }
 
+// What plotly's model follows: its edits (each a message, then null), and the whole figure (its state)
+const EDITS = ["addTraces", "deleteTraces", "moveTraces", "restyle", "relayout", "update", "animate",
+  "removeLayoutProps", "removeTraceProps"].map((edit) => `_py2js_${edit}`);
+const WHOLE = ["_widget_layout", "_widget_data"];
+
 export default async () => {
   let widget;  // plotly's definition for this model: its factory keeps the model's state in a closure
   let drawing = null;  // the view whose render is registering listeners now
+  let ready;  // settles once plotly's model follows this model
+  const queued = [];  // the edits since the latest whole figure, while the bundle loads
+  let replaying = null;  // the queued edit a view reads now
   return {
-    async initialize(context) {
-      const definition = await plotlyWidget(context.model);
-      widget = typeof definition === "function" ? await definition() : definition;
+    initialize(context) {
+      // anywidget (0.11) drops every later message of a model whose initialize takes over 2 s, and
+      // plotly's bundle can take longer to load: return at once, keep the edits that come meanwhile for
+      // the views to draw them (plotly's model keeps no edits: its state is the latest whole figure)
+      const target = context.model;
+      const keepers = [
+        ...EDITS.map((name) => [`change:${name}`, () => queued.push({ name, value: target.get(name) })]),
+        ...WHOLE.map((name) => [`change:${name}`, () => queued.splice(0)]),
+      ];
+      for (const [event, keeper] of keepers) target.on(event, keeper);
       // plotly's model and views listen through this model: a view's listeners end with the view
-      const model = new Proxy(context.model, {
-        get(target, property) {
+      const model = new Proxy(target, {
+        get(object, property) {
           if (property === "on") {
             return (event, callback, ...rest) => {
               const view = drawing;
+              if (view) (view.followers[event] ||= []).push(callback);
               const listener = (...args) => (view && !view.active ? undefined : callback(...args));
-              return target.on(event, listener, ...rest);
+              return object.on(event, listener, ...rest);
             };
           }
-          const value = target[property];
-          return typeof value === "function" ? value.bind(target) : value;
+          if (property === "get" && replaying) {
+            const edit = replaying;
+            return (name) => (name === edit.name ? edit.value : object.get(name));
+          }
+          const value = object[property];
+          return typeof value === "function" ? value.bind(object) : value;
         },
       });
-      return widget.initialize ? widget.initialize({ ...context, model }) : undefined;
+      ready = (async () => {
+        const definition = await plotlyWidget(target);
+        widget = typeof definition === "function" ? await definition() : definition;
+        if (widget.initialize) widget.initialize({ ...context, model });
+      })();
+      // the views waiting for the bundle draw (and replay) in microtasks; then stop keeping edits
+      const release = () => setTimeout(() => {
+        for (const [event, keeper] of keepers) target.off(event, keeper);
+        queued.splice(0);
+      });
+      ready.then(release, (error) => {
+        release();
+        console.error("workbench: plotly's widget bundle did not load", error);
+      });
     },
-    render(context) {
+    async render(context) {
+      await ready;
       let view = null;
       const draw = () => {
         if (view) view.stop();
-        const token = { active: true };
+        const token = { active: true, followers: {} };
         const el = document.createElement("div");
         context.el.replaceChildren(el);
         drawing = token;
@@ -92,6 +129,14 @@ export default async () => {
           drawing = null;
         }
         view = { stop: () => { token.active = false; if (typeof cleanup === "function") cleanup(); } };
+        for (const edit of queued) {  // what came after the whole figure this view drew, in order
+          replaying = edit;
+          try {
+            for (const callback of token.followers[`change:${edit.name}`] || []) callback();
+          } finally {
+            replaying = null;
+          }
+        }
       };
       draw();
       // plotly's view draws the state it finds, then follows edits. The whole figure sent when it is shown
@@ -105,7 +150,7 @@ export default async () => {
           queueMicrotask(() => { pending = false; draw(); });
         }
       };
-      const whole = ["change:_widget_layout", "change:_widget_data"];
+      const whole = WHOLE.map((name) => `change:${name}`);
       for (const event of whole) context.model.on(event, redraw);
       return () => {
         for (const event of whole) context.model.off(event, redraw);
