@@ -210,6 +210,7 @@ def _drive_the_controls(page, dashboard, job: str) -> None:
     dashboard.screenshot(path=str(ARTIFACTS / f"controls_{job}_stopped.png"))
     assert errors_in_page(page) == []
     lag_s = page.evaluate("globalThis.largestMessageLagMs") / 1000
+    print(f"{job}: the page handled the kernel's messages at most {lag_s:.1f} s late")
     assert 0 < lag_s < MAX_MESSAGE_LAG_S, f"the page handled the kernel's messages up to {lag_s:.1f} s late"
     if job == "launch":  # each worker's CPU share, beside the machine's, on the loss's time axis
         legend = set(dashboard.locator(".legendtext").all_text_contents())

@@ -11,12 +11,12 @@ A view draws again when the whole figure arrives after it drew (see `sync_figure
 anywidget (0.11) drops every later message of a model whose `initialize` takes over 2 s, and the bundle
 can take longer to load (a busy 2-core machine): so `initialize` returns at once, and the edits a plot
 receives while the bundle loads (a Dashboard started before it is shown draws at once) are kept in order
-and replayed by each view that draws once it has loaded (plotly's own model keeps no edits: its state is the
-latest whole figure, so its per-edit handlers, two deep copies of the figure each, are left out); plotly
-applies each edit as a delta, so one lost edit would leave the plot empty for good. A view merges the
-restyles, relayouts and updates that come between two frames and draws them as one: a page slower than the
-kernel's redraws (a Dashboard on 2 busy cores) otherwise fell further behind with every edit, and the answer
-to every click waited behind that backlog (30 s after 100 s of training; now about 2 s at most).
+and replayed by each view that draws once it has loaded (plotly's model applies edits to its state only
+from when it listens); plotly applies each edit as a delta, so one lost edit would leave the plot empty for
+good. A view merges the restyles, relayouts and updates that come while it waits to draw and draws them as
+one update, at most every 100 ms and every 8× its last draw's cost: a page slower than the kernel's redraws
+(a Dashboard on 2 busy cores) otherwise fell further behind with every edit, and the answer to every click
+waited behind that backlog (30 s after 100 s of training).
 
     >>> figure = FigureWidget()
     >>> len(figure._esm) < 12000 < len(bundle_model().bundle)
@@ -64,9 +64,10 @@ function plotlyWidget(model) {
 const EDITS = ["addTraces", "deleteTraces", "moveTraces", "restyle", "relayout", "update", "animate",
   "removeLayoutProps", "removeTraceProps"].map((edit) => `_py2js_${edit}`);
 const WHOLE = ["_widget_layout", "_widget_data"];
-// The edits a view merges and draws once a frame: a page that draws slower than the kernel sends (a busy
-// 2-core machine: 30 messages/s, the page 30 s behind after 100 s, every click's answer queued behind them)
-// draws the latest state instead of every step of a backlog
+// The edits a view merges and draws together, at most every MIN_DRAW_INTERVAL_MS and every 8× its last
+// draw's cost: a page that drew each edit as it came fell ever further behind a kernel that sends faster
+// (a busy 2-core machine: the page 30 s behind after 100 s, every click's answer queued behind it)
+const MIN_DRAW_INTERVAL_MS = 100;
 const COALESCED = ["restyle", "relayout", "update"].map((edit) => `change:_py2js_${edit}`);
 let replaying = null;  // the edit plotly's model or view reads now (see the model's proxy)
 
@@ -81,14 +82,23 @@ function follow(view, name, value) {
 
 // A view's listeners (`followers`, by event) and its pending style (by trace) and layout edits: the
 // restyles, relayouts and updates that came since it last drew, merged in order, drawn as one update (or
-// relayout) a frame; any other edit draws them first. Edits from the view itself (a zoom) draw as they come.
+// relayout); any other edit draws them first. Edits from the view itself (a zoom) draw as they come.
 function coalescingView() {
-  const view = { active: true, followers: {}, pending: null, scheduled: false };
+  const view = { active: true, followers: {}, pending: null, scheduled: false, next: 0 };
   view.flush = () => {
     view.scheduled = false;
     const pending = view.pending;
     view.pending = null;
     if (!pending || !view.active) return;
+    const started = performance.now();
+    try {
+      draw(pending);
+    } finally {  // the next draw waits 8× this one's cost: each plot takes at most ~1/9 of the page's time
+      const now = performance.now();
+      view.next = now + Math.max(MIN_DRAW_INTERVAL_MS, 8 * (now - started));
+    }
+  };
+  const draw = (pending) => {
     const ids = { trace_edit_id: pending.traceEdit, layout_edit_id: pending.layoutEdit };
     ids.source_view_id = null;
     if (pending.styles.size === 0) {
@@ -138,9 +148,7 @@ function coalescingView() {
     if (edit.layout_edit_id !== undefined) pending.layoutEdit = edit.layout_edit_id;
     if (!view.scheduled) {
       view.scheduled = true;
-      const run = () => view.scheduled && view.flush();
-      requestAnimationFrame(run);
-      setTimeout(run, 250);  // a page that draws no frames now (a hidden tab) still keeps up
+      setTimeout(() => view.scheduled && view.flush(), Math.max(0, view.next - performance.now()));
     }
   };
   return view;
@@ -155,7 +163,7 @@ export default async () => {
     initialize(context) {
       // anywidget (0.11) drops every later message of a model whose initialize takes over 2 s, and
       // plotly's bundle can take longer to load: return at once, keep the edits that come meanwhile for
-      // the views to draw them (plotly's model keeps no edits: its state is the latest whole figure)
+      // the views to draw them (plotly's model applies edits to its state only once it listens)
       const target = context.model;
       const keepers = [
         ...EDITS.map((name) => [`change:${name}`, () => queued.push({ name, value: target.get(name) })]),
@@ -168,9 +176,6 @@ export default async () => {
           if (property === "on") {
             return (event, callback, ...rest) => {
               const view = drawing;
-              // plotly's model applies each edit to a copy of its state that it then drops (its `get`
-              // deserializes a deep copy): nothing for two deep copies of the figure per edit
-              if (!view && event.startsWith("change:_py2js_")) return undefined;
               if (view) (view.followers[event] ||= []).push(callback);
               const follow = (...args) => (view && !view.active ? undefined : callback(...args));
               let listener = follow;
