@@ -6,8 +6,9 @@ edits as deltas, so one lost edit leaves a plot empty for good. A Dashboard star
 plotly's multi-MB widget bundle. (1) anywidget 0.11 drops every message of a model whose `initialize` has
 not finished 2 s after the model was made; our loader's `initialize` used to wait for the bundle, which on a
 loaded 2-core CI machine took longer: every plot of the Dashboard stayed empty and untitled. (2) The edits
-that arrive while the bundle loads must reach the view that draws once it has loaded (plotly's own model
-keeps none). (3) The whole figure sent when the Dashboard is shown can reach the model after a view drew.
+that arrive while the bundle loads must reach the view that draws once it has loaded (plotly's model
+follows edits only once it listens). (3) The whole figure sent when the Dashboard is shown can reach the
+model after a view drew.
 The fix is in `workbench.widgets._figure_widget`. Here the page makes the bundle finish loading 4 s late (an
 init script; no CPU luck involved): the loader before the fix failed this test every time (1 and 2), and
 with the replay of queued edits removed it fails too (plots titled but empty).

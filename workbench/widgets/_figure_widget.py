@@ -177,13 +177,13 @@ export default async () => {
             return (event, callback, ...rest) => {
               const view = drawing;
               if (view) (view.followers[event] ||= []).push(callback);
-              const follow = (...args) => (view && !view.active ? undefined : callback(...args));
-              let listener = follow;
+              const guarded = (...args) => (view && !view.active ? undefined : callback(...args));
+              let listener = guarded;
               if (view && COALESCED.includes(event)) {
                 const name = event.slice("change:".length);
                 listener = () => view.coalesce(name, object.get(name));
               } else if (view && event.startsWith("change:_py2js_")) {
-                listener = (...args) => { view.flush(); follow(...args); };  // in order after the pending
+                listener = (...args) => { view.flush(); guarded(...args); };  // in order after the pending
               }
               return object.on(event, listener, ...rest);
             };
