@@ -1,11 +1,21 @@
 # Two commands on a fresh machine:
 #   make lab    set up .venv, install the `workbench` kernelspec, open the tutorials in JupyterLab
-#   make test   set up .venv and run every test and notebook (ruff, import layers, pytest, nbval)
-#   (also: make install, lint, clean, and screenshots: the README's tour pictures from the browser test)
+#   make test   set up .venv from the lock file and run every test and notebook (ruff, import layers,
+#               pytest, nbval, the built wheel in a venv of its own)
+#   (also: make install, lint, clean, lock, test-lowest, and screenshots: the README's tour pictures)
+#
+# make test installs exactly requirements/lock.txt (hashed); make lab resolves the project's ranges as a
+# user's pip would, unless LOCKED=1. make lock refreshes the lock files; make test-lowest installs the
+# lowest versions pyproject.toml allows (requirements/lowest.txt) into .venv-lowest and runs the widget,
+# kernelspec and kernel tests there (CI runs it after make test).
 #
 # Knobs (make VAR=value ...):
 #   PYTHON       interpreter that creates .venv                     (python3)
 #   CONSTRAINTS  pip constraints file that pins torch; empty = no pin (constraints.txt)
+#   LOCKED       1: make lab/install take the lock file too          (empty)
+#   TORCH_CPU_WHEELS  where make lock finds torch's CPU wheel: a folder or a page of links (pip's
+#                find-links where set, else PyTorch's CPU wheel page); the lock holds torch's dependencies
+#                as the CPU build has them (no CUDA packages), not torch itself
 #   HOST, PORT   where JupyterLab listens; the token stays on      (127.0.0.1, 8888)
 #   LAB_ARGS     extra arguments for `jupyter lab`, e.g. --no-browser
 #   PYTEST_ARGS  extra arguments for pytest, e.g. -k data
@@ -26,10 +36,21 @@ MPIRUN ?= /usr/bin/mpirun
 JAVA ?= /usr/bin/java
 SLURMD ?= /usr/sbin/slurmd
 
+LOCKED ?=
+LOCK := requirements/lock.txt
+LOWEST := requirements/lowest.txt
+TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
+# Every extra: make test exercises them all (lab: JupyterLab for the browser and lab tests).
+EXTRAS := lab,test,dev,toolchain,tensorboard,mlflow,spark,peers
+
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PIN := $(if $(strip $(CONSTRAINTS)),-c $(CONSTRAINTS))
-STAMP := $(VENV)/.installed
+LOCKED_STAMP := $(VENV)/.installed-locked
+RESOLVED_STAMP := $(VENV)/.installed-resolved
+# make lab keeps a .venv that make test installed from the lock (it would resolve the same ranges again).
+STAMP := $(if $(strip $(LOCKED))$(wildcard $(LOCKED_STAMP)),$(LOCKED_STAMP),$(RESOLVED_STAMP))
+KERNELSPEC := workbench/resources/kernelspec/kernel.json workbench/kernelspec.py
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 # JupyterLab and nbval find the `workbench` kernel of this .venv before any user-wide one of that name.
@@ -41,19 +62,24 @@ export WORKBENCH_REQUIRE_TOOLCHAIN := 1
 export WORKBENCH_REQUIRE_MPIRUN := 1
 export WORKBENCH_REQUIRE_SLURM := 1
 
-.PHONY: lab test install lint screenshots system clean
+.PHONY: lab test test-lowest install lint lock screenshots system clean
+
+comma := ,
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(AS_ROOT) $(LAB_ARGS)
 
 # compileall: the suite starts hundreds of Python processes (workers, ranks, the CLI, kernels); with bytecode
 # writing off (PYTHONDONTWRITEBYTECODE, as on some CI images) each would compile workbench from source again.
-test: $(STAMP) system
+# The tour is left out of this nbval run: tests/test_wheel.py runs it under nbval on the installed wheel's
+# kernel (once is enough).
+test: $(LOCKED_STAMP) system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m compileall -q workbench tests conftest.py
-	$(BIN)/python -m pytest --nbval-lax --doctest-modules --durations=25 $(PYTEST_ARGS) tests workbench notebooks
+	$(BIN)/python -m pytest --nbval-lax --doctest-modules --durations=25 --ignore=notebooks/00_tour.ipynb \
+	  $(PYTEST_ARGS) tests workbench notebooks
 
 install: $(STAMP)
 
@@ -69,12 +95,46 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # torch first, from the pin, so that resolving the project never pulls a CUDA build on a CPU machine.
-$(STAMP): pyproject.toml $(CONSTRAINTS) kernels/workbench/kernel.json workbench/kernelspec.py
+# Locked: every other package from the hashed lock (pip refuses any file whose hash differs, and any
+# dependency the lock lacks), then the project itself without resolving anything.
+$(LOCKED_STAMP): pyproject.toml $(CONSTRAINTS) $(LOCK) $(KERNELSPEC)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet $(PIN) torch
-	$(PIP) install --quiet $(PIN) -e '.[test,dev,toolchain,tensorboard,mlflow,spark,peers]'
+	$(PIP) install --quiet --require-hashes -r $(LOCK)
+	$(PIP) install --quiet --no-deps -e .
+	$(PIP) check
 	$(BIN)/workbench kernel install --sys-prefix
-	touch $@
+	rm -f $(RESOLVED_STAMP) && touch $@
+
+$(RESOLVED_STAMP): pyproject.toml $(CONSTRAINTS) $(KERNELSPEC)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet $(PIN) torch
+	$(PIP) install --quiet $(PIN) -e '.[$(EXTRAS)]'
+	$(BIN)/workbench kernel install --sys-prefix
+	rm -f $(LOCKED_STAMP) && touch $@
+
+# Both lock files from pyproject.toml and the torch pin, resolved against torch's CPU wheel.
+UV_COMPILE = $(BIN)/uv pip compile pyproject.toml --quiet --python $(BIN)/python $(PIN) --generate-hashes \
+	--find-links $(TORCH_CPU_WHEELS) --no-emit-package torch --custom-compile-command 'make lock'
+lock: $(STAMP)
+	$(UV_COMPILE) $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra)) -o $(LOCK)
+	$(UV_COMPILE) --extra test --extra toolchain --resolution lowest-direct -o $(LOWEST)
+
+# The lowest allowed versions of every direct dependency (torch stays at the pin: the index has no older
+# CPU build), in a venv of their own, on the tests of what their bounds protect: the widgets (plotly,
+# anywidget, ipywidgets), the kernelspec and the kernel's dispatch (ipykernel, jupyter-client) and the
+# numba kernels in the simulator (numba, numba-cuda).
+LOWEST_VENV := .venv-lowest
+LOWEST_TESTS := tests/widgets tests/test_kernelspec.py tests/kernels
+test-lowest: $(LOWEST) $(CONSTRAINTS)
+	rm -rf $(LOWEST_VENV) && $(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/python -m pip install --quiet $(PIN) torch
+	$(LOWEST_VENV)/bin/python -m pip install --quiet --require-hashes -r $(LOWEST)
+	$(LOWEST_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	$(LOWEST_VENV)/bin/python -m pip check
+	$(LOWEST_VENV)/bin/workbench kernel install --sys-prefix
+	$(LOWEST_VENV)/bin/python -m pip list --format freeze | grep -iE '^(plotly|anywidget|ipykernel|ipywidgets|jupyter.client|numba|numba.cuda|numpy)=='
+	$(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TESTS)
 
 # Debian packages the tests drive, each named by the program it provides; whatever is missing is installed in
 # one apt-get call. Chromium: the Playwright browser tests (never `playwright install`: no downloads at test
@@ -94,4 +154,4 @@ system:
 	for entry in $(SYSTEM); do test -x "$${entry%%:*}" || { echo "$${entry%%:*} is still missing" >&2; exit 1; }; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(LOWEST_VENV) .pytest_cache .ruff_cache *.egg-info

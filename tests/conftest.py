@@ -25,6 +25,14 @@ def free_port() -> Callable[[], int]:
 
 
 @pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory):
+    """This checkout's wheel in a fresh venv outside the repository (tests/installed_wheel.py)."""
+    from tests.installed_wheel import install_wheel
+
+    return install_wheel(tmp_path_factory.mktemp("installed-wheel"))
+
+
+@pytest.fixture(scope="session")
 def digits_splits():
     return split_dataset(load_dataset("digits"), (0.8, 0.1, 0.1), seed=0)
 

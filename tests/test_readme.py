@@ -1,5 +1,6 @@
 """The README's promises run as written: its "Your own model and data" section (with "Widgets in your own
-loop") is executed as one script, in a fresh interpreter, exactly as a user would paste it."""
+loop") is executed as one script, in a fresh interpreter of the venv the built wheel was installed into
+(tests/installed_wheel.py), exactly as a user would paste it."""
 
 from __future__ import annotations
 
@@ -18,14 +19,19 @@ def _section(title: str) -> str:
     return text[start:end]
 
 
-def test_the_your_own_model_and_data_section_runs_as_written(tmp_path):
+def test_the_your_own_model_and_data_section_runs_as_written(tmp_path, installed_wheel):
     blocks = re.findall(r"```python\n(.*?)```", _section("Your own model and data"), flags=re.S)
     assert len(blocks) == 4, "the section's examples changed: update this test"
     script = tmp_path / "readme_example.py"
     # Under `if __name__ == "__main__"` as a script would be (launch forks; nothing re-imports the script)
     script.write_text("\n".join(blocks))
     done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600
+        [installed_wheel.python, str(script)],
+        cwd=tmp_path,
+        env=installed_wheel.env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [line for line in done.stdout.splitlines() if not line.startswith(("launch:", "LossPlot("))]

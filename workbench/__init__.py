@@ -10,8 +10,10 @@ and imports neither torch nor numba. Subpackages (data → train → monitor →
 
 from importlib.metadata import PackageNotFoundError, version
 
+from workbench._distribution import DISTRIBUTION
+
 try:
-    __version__ = version("workbench")
+    __version__ = version(DISTRIBUTION)
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 

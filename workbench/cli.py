@@ -3,6 +3,7 @@
 workbench doctor                  print the device report (CPU, GPUs, CUDA, numba backend)
 workbench doctor --json           the same as JSON
 workbench kernel install          install the `workbench` Jupyter kernelspec for this interpreter
+workbench tutorials [DIR]         copy the tutorial notebooks into DIR (./workbench-tutorials) to open them
 workbench train digits-mlp        train a preset with a progress bar and print the final metrics
 workbench train --list            the presets (digits-mlp, regression-linear, images-cnn)
 workbench train digits-mlp --strategy ddp --nproc-per-node 2      data parallel on 2 local processes
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -70,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--user", action="store_true", help="into this user's Jupyter directory")
     where.add_argument("--prefix", help="into the environment at PREFIX")
     install.set_defaults(command="kernel install", run=_kernel_install)
+
+    tutorials = commands.add_parser("tutorials", help="copy the tutorial notebooks into a folder of yours")
+    tutorials.add_argument(
+        "folder", nargs="?", default=None, help="where to (default: ./workbench-tutorials)"
+    )
+    tutorials.add_argument("--force", action="store_true", help="replace notebooks you edited there")
+    tutorials.set_defaults(command="tutorials", run=_tutorials)
 
     _add_train(commands)
 
@@ -290,6 +299,41 @@ def _kernel_install(args: argparse.Namespace) -> int:
         return 2
     print(f"installed kernelspec 'workbench' in {path} (runs {sys.executable})")
     return 0
+
+
+def _tutorials(args: argparse.Namespace) -> int:
+    from workbench._distribution import pip_install
+    from workbench.kernelspec import KERNEL_NAME
+    from workbench.tutorials import DEFAULT_FOLDER, copy_tutorials
+
+    try:
+        done = copy_tutorials(args.folder or DEFAULT_FOLDER, force=args.force)
+    except OSError as error:  # edited notebooks, a file for a folder, an unwritable folder: said in one line
+        print(f"workbench tutorials: error: {error.strerror or error}", file=sys.stderr)
+        return 2
+    folder = done.folder.resolve()
+    changed = done.copied + done.replaced
+    print(
+        f"{_count(len(changed), 'tutorial notebook')} copied into {folder}"
+        + (f" ({', '.join(done.replaced)} replaced: edited)" if done.replaced else "")
+        + (f"; {len(done.unchanged)} already up to date" if done.unchanged else "")
+    )
+    print(f"open them:  jupyter lab {shlex.quote(str(folder))}")
+    if importlib.util.find_spec("jupyterlab") is None:
+        print(f"JupyterLab is not installed here: {pip_install('lab')}")
+    if KERNEL_NAME not in _jupyter_kernels():
+        print(f"the notebooks run on the '{KERNEL_NAME}' kernel: workbench kernel install --user")
+    return 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _jupyter_kernels() -> set[str]:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return set(KernelSpecManager().find_kernel_specs())
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -686,7 +730,7 @@ def _bench_kernel_env(args: argparse.Namespace) -> int:
 
     try:
         result = benchmark_kernel_environment(repeats=args.repeats, epochs=args.epochs)
-    except ValueError as error:
+    except (ValueError, FileNotFoundError) as error:
         print(f"workbench bench kernel-env: error: {error}", file=sys.stderr)
         return 2
     settings = " ".join(f"{k}={v}" for k, v in result.environment.items()) or "(none)"

@@ -1,8 +1,11 @@
-"""Install the ``workbench`` Jupyter kernelspec (``kernels/workbench``) so it runs this interpreter.
+"""Install the ``workbench`` Jupyter kernelspec (``workbench/resources/kernelspec``) for this interpreter.
 
-The checked-in ``kernel.json`` starts ``python`` from PATH; installing rewrites that to the absolute path
-of the interpreter doing the install (the project's ``.venv`` under ``make lab``/``make test``), so
-JupyterLab and nbval start the kernel in the right environment whatever PATH they have.
+The kernelspec travels inside the installed package, and also as wheel data
+(``share/jupyter/kernels/workbench``, as ipykernel ships its own), so installing the wheel registers it with
+the Jupyter of that environment. That ``kernel.json`` starts ``python``, which Jupyter takes as its own
+interpreter; installing it here rewrites that to the absolute path of the interpreter doing the install
+(the project's ``.venv`` under ``make lab``/``make test``), so JupyterLab and nbval start the kernel in the
+right environment whatever PATH they have.
 
 The kernel's environment sets ``MALLOC_TOP_PAD_`` (256 MiB): glibc then keeps that much freed memory at
 the top of each heap instead of handing it back to the OS after every step, which is what made torch on
@@ -25,8 +28,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from workbench._distribution import DISTRIBUTION
+
 KERNEL_NAME = "workbench"
-SOURCE_DIR = Path(__file__).resolve().parent.parent / "kernels" / KERNEL_NAME
+SOURCE_DIR = Path(__file__).resolve().parent / "resources" / "kernelspec"
 # JupyterLab's own settings: no news pop-up, no update check (both fetch from the internet).
 LAB_OVERRIDES = {
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}
@@ -45,7 +50,7 @@ def install_kernelspec(
         python: interpreter the kernel runs; default the one running this function.
 
     Raises:
-        FileNotFoundError: ``source`` has no ``kernel.json`` (e.g. workbench installed without its checkout).
+        FileNotFoundError: ``source`` has no ``kernel.json`` (an installation that lost its package data).
         ValueError: both ``user`` and ``prefix`` given.
     """
     from jupyter_client.kernelspec import KernelSpecManager
@@ -55,7 +60,8 @@ def install_kernelspec(
     spec_file = Path(source) / "kernel.json"
     if not spec_file.is_file():
         raise FileNotFoundError(
-            f"no kernelspec at {spec_file}; run this from a workbench checkout or pass source=<dir>"
+            f"no kernelspec at {spec_file}: this installation of workbench lacks its package data; "
+            f"reinstall it ({DISTRIBUTION}) or pass source=<a directory holding kernel.json>"
         )
     spec = json.loads(spec_file.read_text(encoding="utf-8"))
     spec["argv"][0] = python or sys.executable

@@ -30,8 +30,14 @@ _CHILD = "import json, sys; from workbench.bench.kernel_env import child_timings
 
 
 def kernel_environment() -> dict[str, str]:
-    """The variables the checked-in `workbench` kernelspec sets (``kernels/workbench/kernel.json``)."""
-    spec = json.loads((SOURCE_DIR / "kernel.json").read_text(encoding="utf-8"))
+    """The variables the `workbench` kernelspec sets (``workbench/resources/kernelspec/kernel.json``)."""
+    spec_file = SOURCE_DIR / "kernel.json"
+    if not spec_file.is_file():
+        raise FileNotFoundError(
+            f"no kernelspec at {spec_file}: this installation of workbench lacks its package data; "
+            "reinstall it"
+        )
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
     return dict(spec.get("env", {}))
 
 

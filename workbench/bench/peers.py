@@ -1,7 +1,7 @@
 """The Trainer against its peers: one model, data and seed through a hand-written loop, workbench's Trainer,
 Lightning, Fabric and Accelerate.
 
-    workbench bench trainer --peers              # needs the `peers` extra: pip install -e '.[peers]'
+    workbench bench trainer --peers        # the `peers` extra: pip install 'gpu-training-workbench[peers]'
     workbench bench trainer --peers --repeats 7 --epochs 3
 
 Every variant trains `bench_model` (MLP 3072-512-512-10, Adam 1e-3) on the same synthetic images as

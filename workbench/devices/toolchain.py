@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
-TOOLCHAIN_EXTRA = "pip install -c constraints.txt -e '.[toolchain]'"
+from workbench._distribution import pip_install
+
+TOOLCHAIN_EXTRA = pip_install("toolchain")
 # pip package → what it brings
 PACKAGES = {
     "nvidia-nvvm": "NVVM",

@@ -30,10 +30,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from workbench._distribution import pip_install
 from workbench._validate import check_int
 from workbench.parallel._worker import dumps_by_value
 
-SPARK_INSTALL = "pip install -c constraints.txt 'workbench[spark]' (or pip install pyspark)"
+SPARK_INSTALL = f"{pip_install('spark')} (or pip install pyspark)"
 
 
 def run_on_spark(

@@ -6,6 +6,7 @@ import importlib.util
 import warnings
 from typing import Any
 
+from workbench._distribution import pip_install
 from workbench.train.events import Callback, Event, evaluation_metrics
 
 NOT_METRICS = frozenset({"step", "epoch", "rank", "time"})
@@ -84,9 +85,8 @@ class RankZeroLogger(Callback):
 def _require(logger: str, module: str, extra: str) -> None:
     if module and importlib.util.find_spec(module) is None:
         raise ModuleNotFoundError(
-            f"{logger} needs the {module} package, which is not installed: pip install "
-            f"'workbench[{extra}]' (with your torch constraints: pip install -c constraints.txt "
-            f"'workbench[{extra}]'), or pip install {module}"
+            f"{logger} needs the {module} package, which is not installed: {pip_install(extra)}, "
+            f"or pip install {module}"
         )
 
 
