@@ -113,10 +113,14 @@ $(RESOLVED_STAMP): pyproject.toml $(CONSTRAINTS) $(KERNELSPEC)
 	$(BIN)/workbench kernel install --sys-prefix
 	rm -f $(LOCKED_STAMP) && touch $@
 
-# Both lock files from pyproject.toml and the torch pin, resolved against torch's CPU wheel.
-UV_COMPILE = $(BIN)/uv pip compile pyproject.toml --quiet --python $(BIN)/python $(PIN) --generate-hashes \
-	--find-links $(TORCH_CPU_WHEELS) --no-emit-package torch --custom-compile-command 'make lock'
+# Both lock files from pyproject.toml and the torch pin, resolved against torch's CPU wheel (the pin with
+# +cpu: `==2.13.0` alone lets --resolution lowest-direct take the index's CUDA build, which sorts lower).
+TORCH_CPU_PIN := $(VENV)/torch-cpu-pin.txt
+UV_COMPILE = $(BIN)/uv pip compile pyproject.toml --quiet --python $(BIN)/python -c $(TORCH_CPU_PIN) \
+	--generate-hashes --find-links $(TORCH_CPU_WHEELS) --no-emit-package torch --custom-compile-command 'make lock'
 lock: $(STAMP)
+	sed -n 's/^torch==\([0-9.]*\)$$/torch==\1+cpu/p' $(CONSTRAINTS) > $(TORCH_CPU_PIN)
+	grep -q . $(TORCH_CPU_PIN) || { echo "make lock: $(CONSTRAINTS) pins no torch==X.Y.Z" >&2; exit 1; }
 	$(UV_COMPILE) $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra)) -o $(LOCK)
 	$(UV_COMPILE) --extra test --extra toolchain --resolution lowest-direct -o $(LOWEST)
 

@@ -31,6 +31,20 @@ def test_install_refuses_a_directory_without_kernel_json(tmp_path):
         install_kernelspec(prefix=str(tmp_path), source=tmp_path)
 
 
+def test_the_command_names_the_missing_kernel_json_not_the_target(tmp_path, monkeypatch, capsys):
+    """An installation without its package data: the error says which file is missing (it used to blame the
+    folder it was writing to)."""
+    from workbench import cli, kernelspec
+
+    monkeypatch.setattr(kernelspec, "SOURCE_DIR", tmp_path / "lost")
+    assert cli.main(["kernel", "install", "--prefix", str(tmp_path / "env")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"workbench kernel install: error: no kernelspec at {tmp_path / 'lost' / 'kernel.json'}"
+    )
+    assert "reinstall it (gpu-training-workbench)" in err and "cannot write" not in err
+
+
 def test_install_refuses_user_and_prefix_together(tmp_path):
     with pytest.raises(ValueError, match="either user=True or prefix"):
         install_kernelspec(user=True, prefix=str(tmp_path))

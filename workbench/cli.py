@@ -285,10 +285,13 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _kernel_install(args: argparse.Namespace) -> int:
-    from workbench.kernelspec import install_kernelspec
+    from workbench.kernelspec import MissingKernelspecError, install_kernelspec
 
     try:
         path = install_kernelspec(user=args.user, prefix=args.prefix)
+    except MissingKernelspecError as error:
+        print(f"workbench kernel install: error: {error}", file=sys.stderr)
+        return 2
     except OSError as error:  # a prefix that cannot be created or written
         where = args.prefix or ("your user's Jupyter directory" if args.user else sys.prefix)
         print(

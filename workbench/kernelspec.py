@@ -38,28 +38,34 @@ LAB_OVERRIDES = {
 }
 
 
+class MissingKernelspecError(FileNotFoundError):
+    """The kernelspec to install is not there (the message names the missing file)."""
+
+
 def install_kernelspec(
-    *, user: bool = False, prefix: str | None = None, source: Path = SOURCE_DIR, python: str | None = None
+    *, user: bool = False, prefix: str | None = None, source: Path | None = None, python: str | None = None
 ) -> Path:
     """Install the kernelspec and return the directory it went to.
 
     Args:
         user: install for this user (``~/.local/share/jupyter``) instead of into ``prefix``.
         prefix: environment prefix to install into; default ``sys.prefix`` (this virtual environment).
-        source: the kernelspec directory to install (holds ``kernel.json`` and logos).
+        source: the kernelspec directory to install (holds ``kernel.json`` and logos); default the
+            package's own, `SOURCE_DIR`.
         python: interpreter the kernel runs; default the one running this function.
 
     Raises:
-        FileNotFoundError: ``source`` has no ``kernel.json`` (an installation that lost its package data).
+        MissingKernelspecError: ``source`` has no ``kernel.json`` (an install that lost its package data).
         ValueError: both ``user`` and ``prefix`` given.
     """
     from jupyter_client.kernelspec import KernelSpecManager
 
     if user and prefix:
         raise ValueError("give either user=True or prefix, not both")
-    spec_file = Path(source) / "kernel.json"
+    source = SOURCE_DIR if source is None else Path(source)
+    spec_file = source / "kernel.json"
     if not spec_file.is_file():
-        raise FileNotFoundError(
+        raise MissingKernelspecError(
             f"no kernelspec at {spec_file}: this installation of workbench lacks its package data; "
             f"reinstall it ({DISTRIBUTION}) or pass source=<a directory holding kernel.json>"
         )
