@@ -24,10 +24,11 @@ def check_int(field: str, value: object, *, minimum: int, maximum: int | None = 
     return value
 
 
-def check_nonnegative(field: str, value: object) -> float:
-    """Return ``value`` as float if it is a number ≥ 0, else raise ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{field} must be a number ≥ 0, got {value!r}")
+def check_nonnegative(field: str, value: object, *, finite: bool = False) -> float:
+    """Return ``value`` as float if it is a number ≥ 0 (and not inf when `finite`), else raise ValueError."""
+    bad = isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0
+    if bad or (finite and value == math.inf):
+        raise ValueError(f"{field} must be a {'finite ' if finite else ''}number ≥ 0, got {value!r}")
     return float(value)
 
 

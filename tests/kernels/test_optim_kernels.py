@@ -111,7 +111,7 @@ def _ones(n=3):
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: sgd_step(_ones(), _ones(), lr=-1), "lr must be a number ≥ 0, got -1"),
+        (lambda: sgd_step(_ones(), _ones(), lr=-1), "lr must be a finite number ≥ 0, got -1"),
         (lambda: sgd_step(_ones(), _ones(), lr=0.1, nesterov=True), "nesterov=True needs momentum > 0"),
         (lambda: sgd_step(_ones(), _ones(), lr=0.1, momentum=0.9), "momentum=0.9 needs a momentum_buf"),
         (lambda: sgd_step(_ones(), _ones(4), lr=0.1), r"grad has shape \(4,\) but param has shape \(3,\)"),

@@ -194,11 +194,11 @@ def test_trainer_trains_with_the_fused_optimizer(tmp_path, device):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda p: FusedSGD(p, lr=-0.1), "lr must be a number ≥ 0"),
-        (lambda p: FusedSGD(p, momentum=-1), "momentum must be a number ≥ 0"),
-        (lambda p: FusedSGD(p, weight_decay=-1), "weight_decay must be a number ≥ 0"),
+        (lambda p: FusedSGD(p, lr=-0.1), "lr must be a finite number ≥ 0"),
+        (lambda p: FusedSGD(p, momentum=-1), "momentum must be a finite number ≥ 0"),
+        (lambda p: FusedSGD(p, weight_decay=-1), "weight_decay must be a finite number ≥ 0"),
         (lambda p: FusedSGD(p, nesterov=True), "nesterov=True needs momentum > 0"),
-        (lambda p: FusedAdam(p, eps=-1), "eps must be a number ≥ 0"),
+        (lambda p: FusedAdam(p, eps=-1), "eps must be a finite number ≥ 0"),
         (lambda p: FusedAdam(p, betas=(0.9,)), r"betas must be a pair \(beta1, beta2\)"),
         (lambda p: FusedAdam(p, betas=(0.9, 1.0)), r"betas\[1\] must be in \[0, 1\), got 1.0"),
         (lambda p: FusedAdam(p, max_grad_norm=-1), "max_grad_norm must be a number ≥ 0"),

@@ -100,8 +100,11 @@ def sgd_step(
         >>> p
         array([0.5, 0.5, 0.5], dtype=float32)
     """
-    lr, momentum = check_nonnegative("lr", lr), check_nonnegative("momentum", momentum)
-    weight_decay = check_nonnegative("weight_decay", weight_decay)
+    lr, momentum = (
+        check_nonnegative("lr", lr, finite=True),
+        check_nonnegative("momentum", momentum, finite=True),
+    )
+    weight_decay = check_nonnegative("weight_decay", weight_decay, finite=True)
     if nesterov and momentum == 0:
         raise ValueError("nesterov=True needs momentum > 0")
     p, g = as_buffer(param, "param"), as_buffer(grad, "grad")
@@ -213,8 +216,8 @@ def adam_step(
         array([0.9, 0.9], dtype=float32)
     """
     check_int("step", step, minimum=1)
-    lr, eps = check_nonnegative("lr", lr), check_nonnegative("eps", eps)
-    weight_decay = check_nonnegative("weight_decay", weight_decay)
+    lr, eps = check_nonnegative("lr", lr, finite=True), check_nonnegative("eps", eps, finite=True)
+    weight_decay = check_nonnegative("weight_decay", weight_decay, finite=True)
     for name, beta in (("beta1", beta1), ("beta2", beta2)):
         if not 0 <= check_nonnegative(name, beta) < 1:
             raise ValueError(f"{name} must be in [0, 1), got {beta!r}")

@@ -125,9 +125,9 @@ class FusedSGD(_FlatOptimizer):
         nesterov: bool = False,
         weight_decay: float = 0.0,
     ) -> None:
-        check_nonnegative("lr", lr)
-        check_nonnegative("momentum", momentum)
-        check_nonnegative("weight_decay", weight_decay)
+        check_nonnegative("lr", lr, finite=True)
+        check_nonnegative("momentum", momentum, finite=True)
+        check_nonnegative("weight_decay", weight_decay, finite=True)
         if nesterov and momentum == 0:
             raise ValueError("nesterov=True needs momentum > 0")
         defaults = {"lr": lr, "momentum": momentum, "nesterov": nesterov, "weight_decay": weight_decay}
@@ -219,11 +219,11 @@ class FusedAdam(_FlatOptimizer):
         decoupled: bool = False,
         max_grad_norm: float = 0.0,
     ) -> None:
-        check_nonnegative("lr", lr)
-        check_nonnegative("eps", eps)
+        check_nonnegative("lr", lr, finite=True)
+        check_nonnegative("eps", eps, finite=True)
         self.max_grad_norm = check_nonnegative("max_grad_norm", max_grad_norm)
         self._grad_squares: torch.Tensor | None = None
-        check_nonnegative("weight_decay", weight_decay)
+        check_nonnegative("weight_decay", weight_decay, finite=True)
         if not (isinstance(betas, tuple | list) and len(betas) == 2):
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         betas = (_check_beta("betas[0]", betas[0]), _check_beta("betas[1]", betas[1]))

@@ -59,10 +59,11 @@ def softmax_cross_entropy_spec(logits: Any, targets: Any) -> tuple[float, np.nda
     """
     x = np.asarray(logits, np.float64)
     t = np.asarray(targets, np.int64)
-    shifted = x - x.max(axis=1, keepdims=True)
-    lse = np.log(np.exp(shifted).sum(axis=1))
-    loss = float(np.mean(lse - shifted[np.arange(len(t)), t]))
-    return loss, np.exp(shifted - lse[:, None])
+    with np.errstate(invalid="ignore"):  # a row of only -inf: NaN, as torch gives
+        shifted = x - x.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(shifted).sum(axis=1))
+        loss = float(np.mean(lse - shifted[np.arange(len(t)), t]))
+        return loss, np.exp(shifted - lse[:, None])
 
 
 def softmax_cross_entropy_backward_spec(logits: Any, targets: Any, grad_out: float = 1.0) -> np.ndarray:
@@ -280,8 +281,8 @@ def _forward_kernel(threads: int) -> Any:
                 other_s = cuda.shfl_down_sync(uint32(ALL_LANES), s, step)
                 m, s = combine(m, s, other_m, other_s)
                 step //= 2
-        if tid == 0:
-            row_lse = m + math.log(s)
+        if tid == 0:  # a row of only -inf: s is 0 and the loss NaN, as torch's (lse -inf, as log(0) on a GPU)
+            row_lse = m if s == float32(0) else m + math.log(s)
             lse[row] = row_lse
             cuda.atomic.add(loss, 0, (row_lse - logits[row, targets[row]]) * inv_n)
 

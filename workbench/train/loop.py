@@ -17,6 +17,7 @@ The loop publishes plain-dict events to callbacks (`workbench.train.events`) and
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
 import sys
@@ -194,7 +195,7 @@ class Trainer:
             callbacks.insert(0, MetricsLog(self.run_dir.path))
         self.events = CallbackList(callbacks)
         factory = optimizer_factory if optimizer_factory is not None else build_optimizer
-        self.optimizer = factory(self.model.parameters(), self.config.optimizer)
+        self.optimizer = check_optimizer(factory(self.model.parameters(), self.config.optimizer))
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(splits, self.config, self.strategy)
         if "train" not in self._loaders:
@@ -267,6 +268,11 @@ class Trainer:
             RunInUseError: another live process is fitting this run name (it is named).
             ValueError: the checkpoint does not fit (config, optimizer kind, model) or is not readable.
         """
+        if not isinstance(resume, bool | str | os.PathLike):
+            raise TypeError(
+                f"resume must be True (this run's checkpoint), False, or a checkpoint's path; got "
+                f"{type(resume).__name__} {resume!r}"
+            )
         started = time.perf_counter()
         lock = self._lock_run_dir()
         try:
@@ -361,6 +367,7 @@ class Trainer:
         if needs_lockstep(loader, self.strategy):
             groups = lockstep(groups, self.strategy)
         batches = iter(with_last(groups))
+        from_start, steps_before = self._position == 0, self.step
         while True:
             fetching = time.perf_counter()
             item = next(batches, None)
@@ -394,6 +401,12 @@ class Trainer:
             if logged:
                 self._publish_step(interval, grad_norm, checked_sum, clock)
                 interval = LogWindow()
+        if from_start and self.step == steps_before:
+            raise ValueError(
+                f"the training data gave no batch in epoch {self.epoch + 1}, so nothing was trained: an "
+                "IterableDataset whose __iter__ yields nothing (or a generator already used up: __iter__ "
+                "must start a new pass each time it is called)"
+            )
         self.epoch += 1
         self._position = 0
         for split in ("val", "test"):
@@ -638,9 +651,49 @@ def _check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, opt
                 f"callbacks[{index}] is a {type(callback).__name__}, which has none of the hooks "
                 f"{', '.join(hooks)}; give a workbench.train.Callback (or a widget such as LossPlot)"
             )
+    parameters = list(model.parameters())
+    if not parameters:
+        raise ValueError(
+            f"the model ({type(model).__name__}) has no parameters, so there is nothing to train: give a "
+            "model with layers that hold weights (nn.Linear, nn.Conv2d, ...)"
+        )
+    if not any(p.requires_grad for p in parameters):
+        raise ValueError(
+            f"every parameter of the model ({len(parameters)} tensors) has requires_grad=False, so training "
+            "would change nothing: unfreeze what should learn (p.requires_grad_(True) for its parameters)"
+        )
+    fix = "use optimizer_factory=lambda params, cfg: torch.optim.RMSprop(params, lr=cfg.lr)"
+    if isinstance(optimizer_factory, type):
+        name = optimizer_factory.__name__
+        raise TypeError(
+            f"optimizer_factory must be a function factory(params, optimizer_config) -> "
+            f"torch.optim.Optimizer, got the class {name}; use optimizer_factory=lambda params, cfg: "
+            f"{name}(params, lr=cfg.lr)"
+        )
     if optimizer_factory is not None and not callable(optimizer_factory):
         raise TypeError(
             f"optimizer_factory must be a function factory(params, optimizer_config) -> "
-            f"torch.optim.Optimizer, got {type(optimizer_factory).__name__}; for a ready optimizer class "
-            "use optimizer_factory=lambda params, cfg: torch.optim.RMSprop(params, lr=cfg.lr)"
+            f"torch.optim.Optimizer, got {type(optimizer_factory).__name__}; {fix}"
         )
+    if optimizer_factory is not None:
+        try:
+            inspect.signature(optimizer_factory).bind(parameters, None)
+        except TypeError:
+            shown = f"{getattr(optimizer_factory, '__name__', 'it')}{inspect.signature(optimizer_factory)}"
+            raise TypeError(
+                f"optimizer_factory is called as factory(params, optimizer_config), but {shown} does not "
+                f"take those two arguments; {fix}"
+            ) from None
+        except ValueError:  # a builtin without a signature: called as it is
+            pass
+
+
+def check_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """`optimizer` if the factory returned one; TypeError naming what it returned otherwise."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimizer_factory returned {type(optimizer).__name__}"
+            f"{'' if optimizer is None else f' {optimizer!r:.60}'}, not a torch.optim.Optimizer: return the "
+            "optimizer built on the params given (lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr))"
+        )
+    return optimizer

@@ -91,12 +91,23 @@ class F1:
         self.num_classes = num_classes
 
     def sums(self, outputs: Any, batch: Any) -> torch.Tensor:
-        predicted = logits_of(outputs).argmax(dim=-1).flatten()
-        targets = targets_of(batch).flatten()
+        logits = logits_of(outputs)
         classes = self.num_classes
-        true_positive = torch.bincount(targets[predicted == targets], minlength=classes)[:classes]
-        predicted_count = torch.bincount(predicted, minlength=classes)[:classes]
-        target_count = torch.bincount(targets, minlength=classes)[:classes]
+        if logits.shape[-1] != classes:
+            raise ValueError(
+                f"{self!r} got outputs with {logits.shape[-1]} class scores per sample (outputs "
+                f"{tuple(logits.shape)}): give F1(num_classes={logits.shape[-1]})"
+            )
+        predicted = logits.argmax(dim=-1).flatten()
+        targets = targets_of(batch).flatten()
+        target_count = torch.bincount(targets, minlength=classes)  # its length: the largest class + 1
+        if target_count.numel() > classes:
+            raise ValueError(
+                f"{self!r} got target class {target_count.numel() - 1}, outside 0..{classes - 1}: give "
+                f"F1(num_classes={target_count.numel()}) or map the labels to 0..{classes - 1}"
+            )
+        true_positive = torch.bincount(targets[predicted == targets], minlength=classes)
+        predicted_count = torch.bincount(predicted, minlength=classes)
         false_positive = predicted_count - true_positive
         false_negative = target_count - true_positive
         return torch.cat([true_positive, false_positive, false_negative]).to(torch.float64)

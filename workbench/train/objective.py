@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from workbench.data import batch_size_of, describe_batch
+from workbench.train.diagnose import explain_loss_error, explain_model_error
 from workbench.train.metrics import Accuracy, Metric, as_metric, is_classification
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -104,11 +105,17 @@ class Objective:
         """The loss and the outputs of `model` on `batch` (already on the model's device)."""
         if self.loss_fn is not None:
             inputs, target = self.pair(batch)
-            outputs = model(inputs)
+            try:
+                outputs = model(inputs)
+            except (RuntimeError, ValueError, TypeError) as error:
+                explained = explain_model_error(model, inputs, error)
+                if explained is None:
+                    raise
+                raise ValueError(explained) from error
             if not self._checked_shapes:
                 check_shapes(outputs, target)
                 self._checked_shapes = True
-            loss = self.loss_fn(outputs, target)
+            loss = self._loss(outputs, target)
         elif self.step_fn is not None:
             loss, outputs = unpack_loss(self.step_fn(model, batch), "step_fn")
         else:
@@ -133,7 +140,17 @@ class Objective:
             return None, None
         if self.classification is None:
             self.classification = is_classification(outputs, batch)
-        return self.loss_fn(outputs, target), outputs
+        return self._loss(outputs, target), outputs
+
+    def _loss(self, outputs: Any, target: Any) -> torch.Tensor:
+        """``loss_fn(outputs, target)``; a mismatch torch reports deep inside is named (`diagnose`)."""
+        try:
+            return self.loss_fn(outputs, target)
+        except (RuntimeError, IndexError, ValueError) as error:
+            explained = explain_loss_error(outputs, target, error)
+            if explained is None:
+                raise
+            raise ValueError(explained) from error
 
     def evaluation_metrics(self) -> dict[str, Metric]:
         """The metrics evaluated on val/test: accuracy for classification, then the user's."""
@@ -150,6 +167,11 @@ def call_model(model: torch.nn.Module, batch: Any) -> Any:
     )
     try:
         return model(*args, **kwargs)
+    except (RuntimeError, ValueError) as error:
+        explained = explain_model_error(model, args[0] if len(args) == 1 and not kwargs else batch, error)
+        if explained is None:
+            raise
+        raise ValueError(explained) from error
     except TypeError:
         try:
             inspect.signature(model.forward).bind(*args, **kwargs)

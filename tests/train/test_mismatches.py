@@ -1,0 +1,138 @@
+"""Round two of "nothing silent" (issue 44), table-driven: a model, data or argument that does not fit
+stops with one sentence naming both sides and the fix, instead of torch's words from deep inside a layer or
+a result that is silently wrong. Each case failed before its fix (a raw RuntimeError/IndexError/TypeError
+from torch or pathlib, or no error at all)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import IterableDataset, TensorDataset
+
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
+from workbench.train.metrics import F1
+
+X = torch.randn(64, 10, generator=torch.Generator().manual_seed(0))
+Y = torch.arange(64) % 10
+DATA = TensorDataset(X, Y)
+CONFIG = TrainConfig(epochs=1, batch_size=16)
+
+
+def _fit(model=None, data=DATA, config=CONFIG, **options):
+    return Trainer(
+        model if model is not None else nn.Linear(10, 10), F.cross_entropy, data, config, **options
+    ).fit()
+
+
+class _Nothing(IterableDataset):
+    def __iter__(self):
+        return iter(())
+
+
+def _frozen():
+    model = nn.Linear(10, 10)
+    model.requires_grad_(False)
+    return model
+
+
+LINEAR_7 = r"first Linear layer takes 7 features per sample, but the inputs have 10 \(inputs \(16, 10\)\)"
+CASES = [
+    # model ↔ data
+    (lambda: _fit(nn.Linear(7, 10)), ValueError, LINEAR_7 + r": make it nn.Linear\(10, \.\.\.\)"),
+    (lambda: _fit(nn.Linear(10, 5)), ValueError,
+     r"targets hold class 9, but the model outputs 5 class scores per sample \(outputs \(16, 5\)\): give the "
+     r"last layer 10 outputs"),
+    (lambda: _fit(data=TensorDataset(X, Y - 1)), ValueError,
+     r"targets hold class -1: class indices run from 0 to 9"),
+    (lambda: _fit(data=(DATA, TensorDataset(X, Y + 3))), ValueError,  # in evaluation too
+     r"targets hold class 12, but the model outputs 10 class scores"),
+    (lambda: _fit(data=TensorDataset(X.double(), Y)), ValueError,
+     r"inputs are float64 but the model's parameters are float32: convert the data \(x.to\(torch.float32\)"),
+    (lambda: _fit(data=TensorDataset(X.long(), Y)), ValueError,
+     r"inputs are int64 \(integers\) but the model computes in float32: convert them"),
+    (lambda: _fit(nn.Sequential(nn.Conv1d(3, 4, 3), nn.Flatten(), nn.LazyLinear(10)),
+                  data=TensorDataset(torch.randn(32, 2, 8), Y[:32])), ValueError,
+     r"first Conv1d takes 3 input channels, but the inputs have 2 \(inputs \(16, 2, 8\), channels first"),
+    (lambda: _fit(nn.Sequential(nn.Linear(10, 10), nn.BatchNorm1d(10)), data=TensorDataset(X[:17], Y[:17])),
+     ValueError, r"BatchNorm layer got a batch of 1 sample while training .* LoaderConfig\(drop_last=True\)"),
+    # the model and its optimizer
+    (lambda: _fit(nn.Identity()), ValueError,
+     r"the model \(Identity\) has no parameters, so there is nothing to train"),
+    (lambda: _fit(_frozen()), ValueError,
+     r"every parameter of the model \(2 tensors\) has requires_grad=False"),
+    (lambda: _fit(optimizer_factory=torch.optim.SGD), TypeError,
+     r"got the class SGD; use optimizer_factory=lambda params, cfg: SGD\(params, lr=cfg.lr\)"),
+    (lambda: _fit(optimizer_factory=lambda params: None), TypeError,
+     r"called as factory\(params, optimizer_config\), but <lambda>\(params\) does not take those two"),
+    (lambda: _fit(optimizer_factory=lambda params, cfg: None), TypeError,
+     r"optimizer_factory returned NoneType, not a torch.optim.Optimizer"),
+    # fit's arguments and data that yields nothing
+    (lambda: Trainer(nn.Linear(10, 10), F.cross_entropy, DATA, CONFIG).fit(resume=1), TypeError,
+     r"resume must be True \(this run's checkpoint\), False, or a checkpoint's path; got int 1"),
+    (lambda: _fit(data=_Nothing(), config=TrainConfig(optimizer=OptimizerConfig(schedule="constant"))),
+     ValueError, r"the training data gave no batch in epoch 1, so nothing was trained"),
+    # metrics that do not fit the model (F1 of 2 classes on 10 gave a number before)
+    (lambda: _fit(metrics={"f1": F1(num_classes=2)}, data=(DATA, DATA)), ValueError,
+     r"F1\(num_classes=2\) got outputs with 10 class scores per sample \(outputs \(16, 10\)\): give "
+     r"F1\(num_classes=10\)"),
+    (lambda: Trainer(nn.Linear(10, 12), lambda out, y: out.square().mean(), (DATA, TensorDataset(X, Y + 5)),
+                     CONFIG, metrics={"f1": F1(num_classes=12)}).fit(), ValueError,
+     r"F1\(num_classes=12\) got target class 14, outside 0\.\.11"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "words"), CASES, ids=[f"case-{i}" for i in range(len(CASES))])
+def test_a_mismatch_stops_with_one_sentence_naming_both_sides_and_the_fix(call, error, words):
+    with pytest.raises(error, match=words) as raised:
+        call()
+    assert "\n" not in str(raised.value)
+
+
+def test_the_original_error_stays_attached_and_unrecognised_errors_pass_untouched():
+    with pytest.raises(ValueError) as raised:
+        _fit(nn.Linear(7, 10))
+    assert isinstance(raised.value.__cause__, RuntimeError)  # torch's own words, one `raise ... from` away
+
+    class Broken(nn.Linear):
+        def forward(self, x):
+            raise RuntimeError("my own bug")
+
+    with pytest.raises(RuntimeError, match=r"^my own bug$"):
+        _fit(Broken(10, 10))
+
+
+def test_a_model_that_starts_with_an_embedding_keeps_its_integer_inputs():
+    model = nn.Sequential(nn.Embedding(100, 8), nn.Flatten(), nn.Linear(80, 10))
+    result = _fit(model, data=TensorDataset(X.abs().mul(10).long(), Y))
+    assert result.status == "finished"
+
+
+def test_the_kernels_refuse_an_infinite_lr():
+    from workbench.kernels.optim_kernels import adam_step, sgd_step
+    from workbench.kernels.optimizers import FusedSGD
+
+    ones = lambda: np.ones(4, np.float32)  # noqa: E731
+    with pytest.raises(ValueError, match=r"lr must be a finite number ≥ 0, got inf"):
+        sgd_step(ones(), ones(), lr=float("inf"))
+    with pytest.raises(ValueError, match=r"lr must be a finite number ≥ 0, got inf"):
+        adam_step(ones(), ones(), ones(), ones(), step=1, lr=float("inf"))
+    with pytest.raises(ValueError, match=r"lr must be a finite number ≥ 0, got inf"):
+        FusedSGD([torch.nn.Parameter(torch.ones(4))], lr=float("inf"))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_a_row_of_only_minus_infinity_gives_nan_like_torch():
+    from workbench.kernels.softmax_xent import softmax_cross_entropy, softmax_cross_entropy_spec
+
+    logits = np.array([[-np.inf] * 4, [1.0, 2.0, 3.0, 4.0]], np.float32)
+    targets = np.array([1, 2])
+    expected = F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(targets))
+    loss, lse = softmax_cross_entropy(logits, targets)
+    assert np.isnan(float(loss)) and torch.isnan(expected)
+    assert lse[0] == -np.inf and lse[1] == pytest.approx(
+        torch.logsumexp(torch.from_numpy(logits[1]), 0).item()
+    )
+    assert np.isnan(softmax_cross_entropy_spec(logits, targets)[0])

@@ -1,0 +1,119 @@
+"""Name the mismatch behind an error torch raised inside the user's model or loss.
+
+torch's own words ("mat1 and mat2 shapes cannot be multiplied (16x10 and 7x10)", "Target 8 is out of
+bounds.") say what failed deep inside a layer, not which of the user's things disagree nor what to change.
+These functions look at the model, the batch and the error and, when they recognise the case, return one
+sentence that names both sides and the fix; otherwise None, and the original error stands.
+
+Example:
+    >>> import torch
+    >>> model = torch.nn.Linear(7, 3)
+    >>> inputs = torch.zeros(16, 10)
+    >>> try:
+    ...     model(inputs)
+    ... except RuntimeError as error:
+    ...     print(explain_model_error(model, inputs, error))  # doctest: +ELLIPSIS
+    the model's first Linear layer takes 7 features per sample, but the inputs have 10 (inputs (16, 10)): ...
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+IGNORE_INDEX = -100  # cross_entropy's and nll_loss's default: a target that counts for nothing
+
+
+def explain_model_error(model: torch.nn.Module, inputs: Any, error: BaseException) -> str | None:
+    """One sentence on why ``model(inputs)`` raised `error`, or None when the case is not recognised."""
+    message = str(error)
+    if "Expected more than 1 value per channel when training" in message:
+        return (
+            f"a BatchNorm layer got a batch of 1 sample while training ({_describe(inputs)}): an epoch's "
+            "last batch holds 1 sample when the training split leaves 1 after the full batches; set "
+            "LoaderConfig(drop_last=True), or a batch_size that leaves more than 1"
+        )
+    if not isinstance(inputs, torch.Tensor):
+        return None
+    dtype = _parameter_dtype(model)
+    about_types = any(words in message for words in ("dtype", "scalar type", "type (", "not implemented for"))
+    if about_types and inputs.is_floating_point() and dtype is not None and inputs.dtype != dtype:
+        want, got = _name(dtype), _name(inputs.dtype)
+        return (
+            f"the inputs are {got} but the model's parameters are {want}: convert the data "
+            f"(x.to(torch.{want}), e.g. TensorDataset(x.to(torch.{want}), y)) or the model "
+            f"(model.to(torch.{got}))"
+        )
+    embeds = any(isinstance(m, torch.nn.Embedding | torch.nn.EmbeddingBag) for m in model.modules())
+    integers = not inputs.is_floating_point() and not inputs.is_complex()
+    if about_types and integers and not embeds and dtype is not None:
+        want = _name(dtype)
+        return (
+            f"the inputs are {_name(inputs.dtype)} (integers) but the model computes in {want}: convert "
+            f"them (x.to(torch.{want}), e.g. TensorDataset(x.float(), y)); integer inputs suit a model that "
+            "starts with nn.Embedding"
+        )
+    first = next(
+        (m for m in model.modules() if isinstance(m, torch.nn.Linear | torch.nn.modules.conv._ConvNd)), None
+    )
+    linear = isinstance(first, torch.nn.Linear) and "cannot be multiplied" in message
+    if linear and inputs.ndim >= 1 and inputs.shape[-1] != first.in_features:
+        width = inputs.shape[-1]
+        return (
+            f"the model's first Linear layer takes {first.in_features} features per sample, but the "
+            f"inputs have {width} ({_describe(inputs)}): make it nn.Linear({width}, ...), or check the data"
+        )
+    if isinstance(first, torch.nn.modules.conv._ConvNd) and "channels" in message and inputs.ndim >= 2:
+        channels = inputs.shape[1] if inputs.ndim == first.weight.ndim else inputs.shape[0]
+        if channels != first.in_channels:
+            return (
+                f"the model's first {type(first).__name__} takes {first.in_channels} input channels, but "
+                f"the inputs have {channels} ({_describe(inputs)}, channels first: (batch, channels, ...)): "
+                f"make it {type(first).__name__}({channels}, ...), or check the data's layout"
+            )
+    return None
+
+
+def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str | None:
+    """One sentence on why ``loss_fn(outputs, target)`` raised `error`, or None when not recognised."""
+    del error  # the tensors tell the case; torch's wording varies between versions and devices
+    if not (isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor)):
+        return None
+    if (
+        target.is_floating_point()
+        or outputs.ndim < 2
+        or target.ndim != outputs.ndim - 1
+        or not target.numel()
+    ):
+        return None
+    classes = outputs.shape[1]
+    bad = target[(target >= classes) | ((target < 0) & (target != IGNORE_INDEX))]
+    if not bad.numel():
+        return None
+    largest, smallest = int(bad.max()), int(bad.min())
+    if largest >= classes:
+        fix = f"give the last layer {largest + 1} outputs (nn.Linear(..., {largest + 1})), or map the labels"
+        return (
+            f"the targets hold class {largest}, but the model outputs {classes} class scores per sample "
+            f"(outputs {tuple(outputs.shape)}): {fix} to 0..{classes - 1}"
+        )
+    return (
+        f"the targets hold class {smallest}: class indices run from 0 to {classes - 1} (the number of class "
+        f"scores the model outputs), and {IGNORE_INDEX} marks a sample to ignore; map the labels to "
+        f"0..{classes - 1}"
+    )
+
+
+def _parameter_dtype(model: torch.nn.Module) -> torch.dtype | None:
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _describe(inputs: Any) -> str:
+    if isinstance(inputs, torch.Tensor):
+        return f"inputs {tuple(inputs.shape)}"
+    return f"inputs of type {type(inputs).__name__}"
