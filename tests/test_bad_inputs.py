@@ -127,6 +127,12 @@ API = [
     (lambda: _widget("MetricPlot", height=0), ValueError, r"height must be an integer ≥ 50"),
     (lambda: _widget("ConsoleProgress", mininterval=-1), ValueError, r"mininterval must be a number ≥ 0"),
     (lambda: _widget("Dashboard", trainer="digits"), TypeError, r"Dashboard drives a training job"),
+    (
+        lambda: _widget("LossPlot").log(1, loss="abc"),
+        ValueError,
+        r"LossPlot.log: loss must be a number .*'abc'",
+    ),
+    (lambda: _widget("LossPlot").log(1, val_f1=[1, 2]), ValueError, r"val_f1 must be a number .*\[1, 2\]"),
 ]
 
 

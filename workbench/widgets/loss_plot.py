@@ -200,7 +200,7 @@ class LossPlot(LiveFigure, Callback):
         for key, value in values.items():
             if value is None:
                 continue
-            value = float(value.item() if hasattr(value, "item") else value)
+            value = _number(key, value)
             if key == "loss":
                 self.on_step({"step": step, "loss": value})
                 continue
@@ -441,3 +441,14 @@ def _curve_order(curve: str) -> tuple[int, int, str]:
     if first == "rank":
         return (len(SPLITS), int(rest), "")
     return (len(SPLITS) + 1, SPLITS.index(first), rest)
+
+
+def _number(key: str, value: Any) -> float:
+    """`value` as a float (a one-element tensor or array is fine); ValueError naming `key` otherwise."""
+    try:
+        return float(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError, RuntimeError):
+        shown = f"a tensor of shape {tuple(value.shape)}" if hasattr(value, "shape") else repr(value)
+        raise ValueError(
+            f"LossPlot.log: {key} must be a number (or a one-element tensor), got {shown:.80}"
+        ) from None
