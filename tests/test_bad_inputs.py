@@ -209,6 +209,25 @@ CLI = [
         ["train", "digits-mlp", "--strategy", "ddp", "--nnodes", "2"],
         r"--nnodes 2 needs --master-addr: the host name or IP address of the first machine",
     ),
+    # options of several ranks under the single strategy trained one process without a word
+    (
+        ["train", "digits-mlp", "--global-batch-size", "64"],
+        r"--global-batch-size acts on several ranks, and ",
+    ),
+    (
+        ["train", "digits-mlp", "--spark-master", "local[2]"],
+        r"--spark-master acts on several ranks.*--strategy ddp",
+    ),
+    (
+        ["train", "digits-mlp", "--nnodes", "2", "--master-addr", "n0"],
+        r"--nnodes, --master-addr act on several",
+    ),
+    (["train", "digits-mlp", "--print-command"], r"--print-command acts on several ranks"),
+    # it made the data for 10,000 ranks first, and died of it with a traceback
+    (
+        ["bench", "ddp", "--nprocs", "10000"],
+        r"nprocs=10000 processes on \d+ CPU cores would thrash this machine",
+    ),
 ]
 
 

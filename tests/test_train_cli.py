@@ -240,3 +240,21 @@ def test_compile_trains_compiled_and_reports_the_compile_apart(tmp_path, capsys)
     steps = read_metrics(tmp_path / "c", kind="step")
     assert steps and all(step["compile"]["seconds"] > 0 for step in steps)
     assert read_metrics(tmp_path / "c", kind="fit_end")[0]["compile"]["graphs"] >= 1
+
+
+def test_an_ipv6_master_addr_is_bracketed_in_the_printed_endpoint(capsys):
+    """`::1:29500` is no endpoint torchrun can split; `[::1]:29500` is (issue 44)."""
+    from workbench import cli
+
+    argv = ["train", "digits-mlp", "--strategy", "ddp", "--nnodes", "2", "--master-addr", "::1"]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "--rdzv-endpoint '[::1]:29500'" in printed
+    assert cli._endpoint_host("[::1]:29500") == "::1" and cli._endpoint_host("node0:29500") == "node0"
+
+
+def test_a_runs_dir_with_a_tilde_is_the_home_folder(tmp_path, monkeypatch):
+    from workbench.train.run_dir import RunDir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert RunDir.named("x", runs_dir="~/runs").path == tmp_path / "runs" / "x"

@@ -360,11 +360,34 @@ def _train(args: argparse.Namespace) -> int:
             print(f"workbench train: error: --log: {missing}", file=sys.stderr)
             return 2
         if args.strategy == "single":
+            _refuse_distributed_options(args)
             return _train_here(args, strategy=None)
         return _train_distributed(args)
     except (ValueError, OSError, RunInUseError) as error:  # OSError: a run directory it cannot write
         print(f"workbench train: error: {error}", file=sys.stderr)
         return 2
+
+
+def _refuse_distributed_options(args: argparse.Namespace) -> None:
+    """ValueError naming the options that only act with several ranks (the single strategy ignored them)."""
+    given = [
+        flag
+        for flag, value, default in (
+            ("--global-batch-size", args.global_batch_size, None),
+            ("--spark-master", args.spark_master, None),
+            ("--spark-on-driver", args.spark_on_driver, False),
+            ("--nnodes", args.nnodes, 1),
+            ("--master-addr", args.master_addr, None),
+            ("--print-command", args.print_command, False),
+        )
+        if value != default
+    ]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} {'act' if len(given) > 1 else 'acts'} on several ranks, and --strategy "
+            "single trains one process here: add --strategy ddp (or fsdp, pipeline, tensor), or leave "
+            f"{'them' if len(given) > 1 else 'it'} out (--batch-size sets the batch of one process)"
+        )
 
 
 _CHANGEABLE = (
@@ -635,6 +658,12 @@ def _torchrun(argv: list[str]) -> int:
     return 0
 
 
+def _endpoint_host(endpoint: str) -> str:
+    """The host of ``host:port``, ``[v6]:port`` or a bare host (an IPv6 address has colons of its own)."""
+    has_port = endpoint.count(":") == 1 or endpoint.startswith("[")
+    return (endpoint.rsplit(":", 1)[0] if has_port else endpoint).strip("[]")
+
+
 def _with_network_settings(argv: list[str]) -> list[str]:
     """`argv` with what this machine needs to join the other machines (see `workbench.parallel.multi_node`):
     nothing where its name resolves to a routable address."""
@@ -650,7 +679,7 @@ def _with_network_settings(argv: list[str]) -> list[str]:
     options, rest = argv[:script], argv[script:]
     conf_names = ("--rdzv-conf", "--rdzv_conf")
     settings = torchrun_network_settings(
-        endpoint.rsplit(":", 1)[0] if endpoint.count(":") == 1 or endpoint.startswith("[") else endpoint,
+        _endpoint_host(endpoint),
         nnodes=int(nnodes),
         rdzv_conf=_option(options, *conf_names) or "",
         local_addr=_option(options, "--local-addr", "--local_addr"),
@@ -708,7 +737,8 @@ def _torchrun_command(args: argparse.Namespace) -> str:
             kept.append(word.replace("--run", "--run-name", 1))
         elif not word.startswith(tuple(f"{flag}=" for flag in _LAUNCHER_FLAGS)):
             kept.append(word)
-    endpoint = f"{args.master_addr}:{args.master_port}"
+    host = args.master_addr.strip("[]")
+    endpoint = f"[{host}]:{args.master_port}" if ":" in host else f"{host}:{args.master_port}"  # IPv6
     words = [
         "workbench torchrun",  # torchrun, with one clear line when not every machine joins
         f"--nnodes {args.nnodes}",

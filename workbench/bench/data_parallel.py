@@ -25,6 +25,7 @@ from workbench import models
 from workbench._validate import check_int
 from workbench.data import Dataset, Splits
 from workbench.parallel import launch
+from workbench.parallel.launcher import check_nprocs
 from workbench.tables import text_table
 from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Event
@@ -145,6 +146,7 @@ def benchmark_data_parallel(
         (2, 1, True)
     """
     check_int("nprocs", nprocs, minimum=2)
+    check_nprocs(nprocs)  # before the data for every rank is made
     check_int("threads", threads, minimum=1)
     check_int("warmup", warmup, minimum=1)
     check_int("steps", steps, minimum=warmup + 1)

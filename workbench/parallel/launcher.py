@@ -134,6 +134,24 @@ def launch(fn: Callable[..., Any], nprocs: int, *, progress: bool | None = None,
     return Launch(fn, nprocs, **options).fit()
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_nprocs(nprocs: object) -> int:
+    """`nprocs` if this machine can run that many processes; ValueError with the limit otherwise."""
+    check_int("nprocs", nprocs, minimum=1)
+    cores = usable_cores()
+    most = max(MAX_PROCESSES_PER_CORE * cores, 16)
+    if nprocs > most:
+        raise ValueError(
+            f"nprocs={nprocs} processes on {cores} CPU cores would thrash this machine; use at most "
+            f"{most} here, or run more ranks across machines (torchrun)"
+        )
+    return nprocs
+
+
 class Launch:
     """A distributed job that a `Dashboard` can drive like a `Trainer` (both are a `workbench.train.Job`):
     ``Dashboard(Launch(fn, 2))``.
@@ -169,14 +187,7 @@ class Launch:
                 f"{type(args).__name__} {args!r}; for one argument write args=({args!r},)"
             )
         self.fn, self.args = fn, tuple(args)
-        self.nprocs = check_int("nprocs", nprocs, minimum=1)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        most = max(MAX_PROCESSES_PER_CORE * cores, 16)
-        if nprocs > most:
-            raise ValueError(
-                f"nprocs={nprocs} processes on {cores} CPU cores would thrash this machine; use at most "
-                f"{most} here, or run more ranks across machines (torchrun)"
-            )
+        self.nprocs = check_nprocs(nprocs)
         self.backend = default_backend(nprocs) if backend is None else backend
         check_choice("backend", self.backend, BACKENDS)
         if self.backend == "nccl" and nprocs > torch.cuda.device_count():
@@ -185,7 +196,7 @@ class Launch:
                 f"per process; use nprocs ≤ {torch.cuda.device_count()}, or backend='gloo' for CPU processes"
             )
         self.threads = (
-            max(1, cores // nprocs)
+            max(1, usable_cores() // nprocs)
             if threads_per_process is None
             else check_int("threads_per_process", threads_per_process, minimum=1)
         )

@@ -72,7 +72,7 @@ class RunDir:
                 f"run must be a name of printable characters, at most 200 bytes (a directory name), got "
                 f"{run[:40]!r}{'…' if len(run) > 40 else ''} ({len(run.encode())} bytes)"
             )
-        return cls(Path(runs_dir) / run)
+        return cls(Path(runs_dir).expanduser() / run)  # "~/runs" is the home folder, as in a shell
 
     @property
     def checkpoint_path(self) -> Path:

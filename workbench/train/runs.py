@@ -98,7 +98,7 @@ def list_runs(
         >>> config_diff(list_runs(runs))
         {'optimizer.lr': [0.01, 0.003]}
     """
-    root = Path(runs_dir)
+    root = Path(runs_dir).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"no runs directory at {root}; train with run= (and runs_dir=) first")
     paths = [path for path in sorted(root.iterdir()) if (path / METRICS_FILE).is_file()]

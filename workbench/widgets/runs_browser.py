@@ -103,7 +103,7 @@ class RunsBrowser:
         self.follow = widgets.Checkbox(value=True, description="follow running runs", indent=False)
         self._lock = threading.RLock()  # a refresh from the follow thread and one from a click take turns
         self._follower: threading.Thread | None = None
-        self.runs_dir = Path(runs_dir)
+        self.runs_dir = Path(runs_dir).expanduser()
         self.runs: list[RunSummary] = []
         self._logs: dict[Path, tuple[tuple[int, int], Events]] = {}  # run dir → (log mtime+size, events)
         self.sort = widgets.Dropdown(options=list(_SORT_KEYS), value="started", description="sort by")
