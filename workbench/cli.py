@@ -259,11 +259,14 @@ def _runs(args: argparse.Namespace) -> int:
     from workbench.tables import text_table
     from workbench.train.runs import RUN_COLUMNS, config_diff, list_runs
 
+    skipped: list[str] = []
     try:
-        runs = list_runs(args.runs_dir)
+        runs = list_runs(args.runs_dir, on_skip=lambda path, why: skipped.append(f"{path.name}: {why}"))
     except FileNotFoundError as error:
         print(f"workbench runs: error: {error}", file=sys.stderr)
         return 2
+    for line in skipped:
+        print(f"workbench runs: skipped {line}", file=sys.stderr)
     if args.diff is None:
         print(text_table(RUN_COLUMNS, [run.row() for run in runs]) if runs else f"no runs in {args.runs_dir}")
         return 0

@@ -9,6 +9,7 @@ or wall time. `workbench runs` prints them in a terminal; the `RunsBrowser` widg
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import warnings
@@ -80,10 +81,15 @@ RUN_COLUMNS = ["run", "started", "status", "steps", "best val", "wall time", "st
 
 
 def list_runs(
-    runs_dir: str | os.PathLike = "runs", *, read: Callable[[Path], Events] = read_run
+    runs_dir: str | os.PathLike = "runs",
+    *,
+    read: Callable[[Path], Events] = read_run,
+    on_skip: Callable[[Path, str], None] | None = None,
 ) -> list[RunSummary]:
     """Every run under `runs_dir` with a metrics log, oldest first; `read` reads a run directory's events
-    (a caching reader lets a widget read each log once per refresh).
+    (a caching reader lets a widget read each log once per refresh). A run whose files cannot be read or
+    summarised is left out and `on_skip(path, why)` called (default: a warning), so that one damaged run
+    never hides the others.
 
     Example:
         >>> import tempfile
@@ -102,8 +108,20 @@ def list_runs(
     if not root.is_dir():
         raise FileNotFoundError(f"no runs directory at {root}; train with run= (and runs_dir=) first")
     paths = [path for path in sorted(root.iterdir()) if (path / METRICS_FILE).is_file()]
-    summaries = [summarize_run(path, read(path)) for path in paths]
+    summaries = []
+    for path in paths:
+        try:
+            summaries.append(summarize_run(path, read(path)))
+        except Exception as error:  # anything a damaged or foreign file makes the summary raise
+            why = f"its {METRICS_FILE} cannot be summarised ({type(error).__name__}: {error})"
+            if isinstance(error, OSError):
+                why = f"its {METRICS_FILE} cannot be read ({error.strerror or error})"
+            (on_skip or _warn_skipped)(path, why)
     return sorted(summaries, key=lambda r: (r.started is None, r.started or 0.0, r.name))
+
+
+def _warn_skipped(path: Path, why: str) -> None:
+    warnings.warn(f"skipped the run {path}: {why}", stacklevel=3)
 
 
 def summarize_run(path: str | os.PathLike, events: Events | None = None) -> RunSummary:
@@ -114,20 +132,22 @@ def summarize_run(path: str | os.PathLike, events: Events | None = None) -> RunS
     last_start = max((i for i, e in enumerate(events) if e["event"] == "fit_start"), default=-1)
     end = next((e for e in events[last_start + 1 :] if e["event"] == "fit_end"), None)
     steps = [e for e in events if e["event"] == "step"]
-    times = [e["time"] for e in events if isinstance(e.get("time"), int | float)]
+    times = [e["time"] for e in events if _finite(e.get("time"))]
     first = starts[0] if starts else {}
     last = starts[-1] if starts else {}
-    started = first.get("time", min(times) if times else None)
+    started = first.get("time") if _finite(first.get("time")) else (min(times) if times else None)
+    latest = end or (steps[-1] if steps else {})
+    status = end.get("status") if end is not None else _unfinished_status(path)
     return RunSummary(
         name=path.name,
         path=path,
-        status=end["status"] if end is not None else _unfinished_status(path),
+        status=status if isinstance(status, str) and status else "unknown",  # a log written by hand
         started=started,
-        steps=int((end or (steps[-1] if steps else {})).get("step", 0)),
-        epochs=int((end or (steps[-1] if steps else {})).get("epoch", 0)),
+        steps=_count(latest.get("step")),
+        epochs=_count(latest.get("epoch")),
         wall_s=(max(times) - started) if times and started is not None else None,
         strategy=str(last.get("strategy", "")),
-        world_size=int(last.get("world_size", 1)),
+        world_size=_count(last.get("world_size"), default=1),
         best=_best_val(events),
         config=_config(path, last),
     )
@@ -178,9 +198,9 @@ def metric_series(run: Run, metric: str, *, x: str = "step") -> tuple[list[float
             matches = event["event"] == "eval" and event.get("split") == split
         else:
             matches = event["event"] == "step" and event.get("rank", 0) == 0
-        value = event.get(name)
-        if matches and _number(value):
-            xs.append(float(event["step"]) if x == "step" else float(event.get("time", t0)) - t0)
+        value, at = event.get(name), event.get(x)
+        if matches and _number(value) and _finite(at):  # a step or time the log mangled: not drawn
+            xs.append(float(at) if x == "step" else float(at) - t0)
             ys.append(float(value))
     return xs, ys
 
@@ -206,9 +226,10 @@ def _best_val(events: list[dict[str, Any]]) -> tuple[str, float] | None:
 
 def _config(path: Path, start: dict[str, Any]) -> dict[str, Any]:
     try:
-        return json.loads((path / CONFIG_FILE).read_text())
+        config = json.loads((path / CONFIG_FILE).read_text())
     except (OSError, ValueError):
-        return dict(start.get("config") or {})
+        config = start.get("config")
+    return config if isinstance(config, dict) else {}  # a list or null is no config: nothing to compare
 
 
 def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -224,6 +245,15 @@ def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    return _number(value) and math.isfinite(value)
+
+
+def _count(value: Any, default: int = 0) -> int:
+    """A step, epoch or rank count as logged, or `default` where the log holds something else."""
+    return int(value) if _finite(value) and value >= 0 else default
 
 
 def _clock(unix: float) -> str:
