@@ -12,6 +12,7 @@ import torch
 
 from workbench.data import Dataset, LoaderConfig, load_dataset, split_dataset
 from workbench.train import OptimizerConfig, TrainConfig, Trainer
+from workbench.train.control import TrainControl
 from workbench.train.run_dir import RunDir
 
 
@@ -102,6 +103,8 @@ API = [
     (lambda: _trainer(loss_fn="mse"), (TypeError, ValueError), r"loss_fn"),
     (lambda: _trainer(callbacks=print), TypeError, r"callbacks"),
     (lambda: _trainer(splits=torch.zeros(4, 3)), (TypeError, ValueError), r"data|splits"),
+    # a live change (the Dashboard's lr field) is capped as the config is
+    (lambda: TrainControl().set_lr(1e6), ValueError, r"lr must be .* and ≤ 1000, got 1000000\.0"),
     # launch
     (lambda: _launch(timeout_s=1e300), ValueError, r"timeout_s must be at most 604,800 s"),
     (lambda: _launch(timeout_s=0), ValueError, r"timeout_s must be a finite number > 0"),
