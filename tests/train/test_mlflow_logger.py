@@ -198,7 +198,7 @@ def test_without_the_extra_the_logger_and_the_cli_say_how_to_install_it(tmp_path
     monkeypatch.setattr(
         rank_zero.importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a)
     )
-    with pytest.raises(ModuleNotFoundError, match=r"pip install 'workbench\[mlflow\]'"):
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'gpu-training-workbench\[mlflow\]'"):
         MLflowLogger(tmp_path / "m.db")
     argv = ["train", "digits-mlp", "--epochs", "1", "--run", "x", "--runs-dir", str(tmp_path)]
     assert main([*argv, "--log", "mlflow"]) == 2

@@ -33,7 +33,7 @@ from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
 from workbench.train.precision import Precision
 from workbench.train.step_time import NO_CLOCK, Clock
-from workbench.train.strategy import Batch, LossFn, Objective
+from workbench.train.strategy import Batch, LossFn, Objective, check_state_fits
 
 SCHEDULES = ("gpipe", "1f1b")
 _SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
@@ -286,7 +286,8 @@ class PipelineParallel(DistributedStrategy):
         return {k: v for part in parts for k, v in part.items()} if self.is_main else None
 
     def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
-        own = model.state_dict().keys()
+        own = model.state_dict()
+        check_state_fits(own, state, extra_keys_allowed=True)  # the other stages' keys are theirs
         model.load_state_dict({k: v for k, v in state.items() if k in own})
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

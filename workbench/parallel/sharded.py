@@ -15,6 +15,7 @@ from torch import nn
 
 from workbench.parallel.distributed import DistributedStrategy
 from workbench.train.step_time import Clock
+from workbench.train.strategy import check_state_fits
 
 
 class ShardedStrategy(DistributedStrategy):
@@ -50,6 +51,7 @@ class ShardedStrategy(DistributedStrategy):
         """Shard a whole-model state dict (every rank has it) onto this rank."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+        check_state_fits(model.state_dict(), state)  # sharded tensors report their whole shape
         set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -17,6 +17,7 @@ The loop publishes plain-dict events to callbacks (`workbench.train.events`) and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import math
 import os
@@ -486,6 +487,20 @@ class Trainer:
             self.clip_norm = changes.clip_norm
         if changes.clip_value is not None:
             self.clip_value = changes.clip_value
+        if (changes.lr, changes.clip_norm, changes.clip_value) != (None, None, None):
+            self._write_config()
+
+    def _write_config(self) -> None:
+        """config.json as training runs now: the config, with the lr and clipping in force (a dashboard's
+        change, or a resume's), so that the run's record never says what no step used."""
+        if self.run_dir is None or not self.strategy.is_main:  # one writer, also on a shared filesystem
+            return
+        optimizer = dataclasses.replace(self.config.optimizer, lr=self.lr)
+        self.run_dir.write_config(
+            dataclasses.replace(
+                self.config, optimizer=optimizer, clip_norm=self.clip_norm, clip_value=self.clip_value
+            )
+        )
 
     def _request_profile(self, steps: int) -> None:
         """Profile the next `steps` optimizer steps (a control request) unless one is scheduled or running."""
@@ -592,8 +607,7 @@ class Trainer:
             self._profile_published = False
         known = self.total_steps is not None
         self._memory_step = self.step + (1 if known and self.total_steps - self.step < 2 else 2)
-        if self.run_dir is not None and self.strategy.is_main:  # one writer, also on a shared filesystem
-            self.run_dir.write_config(self.config)
+        self._write_config()
 
     def _agreed_resume_path(self, resume: bool | str | os.PathLike) -> Path | None:
         """Rank 0's answer to "resume from where?", taken by every rank. The run's files change while the

@@ -202,9 +202,13 @@ def restore_training_state(
     if strategy.device.type == "cuda" and state["cuda_rng"]:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
     lr = config.optimizer.lr if "lr" in changes else state["lr"]
-    where = LoopPosition(
-        state["step"], state["epoch"], state["position"], lr, state["clip_norm"], state["clip_value"]
-    )
+    clipping = {}  # what the config now asks wins; else what was in force at the save (a dashboard's, too)
+    for name in ("clip_norm", "clip_value"):
+        asked, before = getattr(config, name), getattr(saved, name)
+        clipping[name] = asked if asked != before else state[name]
+        if asked != before:
+            changes[name] = (state[name], asked)
+    where = LoopPosition(state["step"], state["epoch"], state["position"], lr, **clipping)
     return ResumedState(where, changes)
 
 

@@ -214,7 +214,9 @@ class StrategyBase:
         return self.unwrap(model).state_dict()
 
     def load_model_state(self, model: torch.nn.Module, state: dict[str, Any]) -> None:
-        """Load a whole-model state dict (as `model_state` gives) into this rank's part of the model."""
+        """Load a whole-model state dict (as `model_state` gives) into this rank's part of the model; the
+        model is left untouched when the state does not fit it (torch would copy the tensors that fit)."""
+        check_state_fits(self.unwrap(model).state_dict(), state)
         self.unwrap(model).load_state_dict(state)
 
     def optimizer_state(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -243,6 +245,25 @@ class StrategyBase:
     def sync_requests(self, changes: Changes, stop: bool) -> tuple[Changes, bool]:
         """The control requests every rank acts on (in one process: this one's)."""
         return changes, stop
+
+
+def check_state_fits(own: dict[str, Any], state: dict[str, Any], *, extra_keys_allowed: bool = False) -> None:
+    """RuntimeError, in load_state_dict's words, unless `state` has every key of `own` at its shape (and no
+    other key, unless `extra_keys_allowed`): checked before anything is copied into the model."""
+    missing = [key for key in own if key not in state]
+    unexpected = [] if extra_keys_allowed else [key for key in state if key not in own]
+    shapes = [
+        f"size mismatch for {key}: copying a param with shape {tuple(state[key].shape)} from checkpoint, the "
+        f"shape in current model is {tuple(own[key].shape)}."
+        for key in own
+        if key in state and hasattr(state[key], "shape") and tuple(state[key].shape) != tuple(own[key].shape)
+    ]
+    problems = [f"Missing key(s) in state_dict: {', '.join(map(repr, missing))}."] if missing else []
+    problems += (
+        [f"Unexpected key(s) in state_dict: {', '.join(map(repr, unexpected))}."] if unexpected else []
+    )
+    if problems or shapes:
+        raise RuntimeError("Error(s) in loading state_dict:\n\t" + "\n\t".join([*problems, *shapes]))
 
 
 class SingleDevice(StrategyBase):
