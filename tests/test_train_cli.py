@@ -258,3 +258,34 @@ def test_a_runs_dir_with_a_tilde_is_the_home_folder(tmp_path, monkeypatch):
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert RunDir.named("x", runs_dir="~/runs").path == tmp_path / "runs" / "x"
+
+
+def test_ctrl_c_stops_after_the_step_saves_and_says_so_in_one_line(tmp_path):
+    """Ctrl-C in a terminal: the run stops at a step boundary, saves, logs `stopped` and prints one line
+    (issue 44: it printed a KeyboardInterrupt traceback, exited -2, logged `failed` and lost the epoch)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    command = [sys.executable, "-m", "workbench", "train", "digits-mlp", "--epochs", "500", "--run", "x"]
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    log = tmp_path / "runs" / "x" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and '"event": "step"' in log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("workbench train: stopped at step ") and last.endswith(
+        "(Ctrl-C); checkpoint runs/x/checkpoint.pt: continue with --resume"
+    ), err
+    end = json.loads(log.read_text().splitlines()[-1])
+    assert (end["event"], end["status"]) == ("fit_end", "stopped")
+    assert (tmp_path / "runs" / "x" / "checkpoint.pt").is_file()

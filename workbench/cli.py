@@ -24,14 +24,17 @@ workbench bench launch            seconds to start launch's workers: fork, fork 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import json
 import os
 import re
 import shlex
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:  # one line, not a traceback through whatever was running
+        print(f"\nworkbench {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -471,7 +478,14 @@ def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None)
         runs_dir=args.runs_dir,
         strategy=strategy,
     )
-    result = trainer.fit(resume=_resume_after_restart(args.resume, trainer.run_dir, main))
+    with _stop_on_ctrl_c(trainer.control, alone=strategy is None) as pressed:
+        result = trainer.fit(resume=_resume_after_restart(args.resume, trainer.run_dir, main))
+    if pressed:
+        saved = (
+            f"checkpoint {result.checkpoint}: continue with --resume" if result.checkpoint else "not saved"
+        )
+        print(f"workbench train: stopped at step {result.step} (Ctrl-C); {saved}", file=sys.stderr)
+        return 130
     if not main:
         return 0
     rows = [["train", "loss", f"{result.train_loss:.5f}"]]
@@ -487,6 +501,31 @@ def _train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None)
     if trainer.compile_report is not None:
         print(describe_compile(trainer.compile_report))
     return 0
+
+
+@contextlib.contextmanager
+def _stop_on_ctrl_c(control: Any, *, alone: bool) -> Iterator[list[bool]]:
+    """While training alone in the main thread, Ctrl-C asks the loop to stop after its step and save (as the
+    Dashboard's Stop does); a second Ctrl-C quits at once. Yields a list that holds True once pressed."""
+    pressed: list[bool] = []
+    if not alone or threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(True)
+        print(
+            "\nworkbench train: stopping after this step (Ctrl-C again: quit without saving)", file=sys.stderr
+        )
+        control.stop()
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _strategy(args: argparse.Namespace) -> Any:
