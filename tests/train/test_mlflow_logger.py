@@ -220,3 +220,35 @@ def test_workbench_train_log_mlflow_writes_the_run_to_the_runs_dir_store(tmp_pat
     ]
     assert (tmp_path / "tensorboard" / "cli").is_dir()
     assert mlflow_logger._params({"a": {"b": 1}, "c": [1, 2]}) == {"a.b": "1", "c": "[1, 2]"}
+
+
+def test_a_tracking_server_nobody_runs_is_one_warning_and_the_fit_returns_promptly(free_port):
+    """Issue 44: with nothing at the address MLflow retried for minutes and fit() waited at its end."""
+    import time
+
+    from workbench.presets import build_experiment
+    from workbench.train import Trainer
+
+    e = build_experiment("digits-mlp", epochs=1)
+    port = free_port()
+    started = time.monotonic()
+    with pytest.warns(
+        UserWarning, match=rf"no MLflow server answers at 127.0.0.1:{port} \(Connection refused\)"
+    ):
+        result = Trainer(
+            e.model, e.loss_fn, e.splits, e.config, callbacks=[MLflowLogger(f"http://127.0.0.1:{port}")]
+        ).fit()
+    assert result.status == "finished" and time.monotonic() - started < 60
+
+
+def test_a_store_folder_it_cannot_make_is_one_warning_at_the_fit_not_an_error_before(tmp_path):
+    from workbench.presets import build_experiment
+    from workbench.train import Trainer
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    logger = MLflowLogger(blocked / "mlflow.db")  # its folder would have to be a file: refused later
+    e = build_experiment("digits-mlp", epochs=1)
+    with pytest.warns(UserWarning, match=r"MLflowLogger stopped logging to sqlite:///.*file/mlflow.db"):
+        result = Trainer(e.model, e.loss_fn, e.splits, e.config, callbacks=[logger]).fit()
+    assert result.status == "finished"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
+import urllib.parse
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -89,7 +91,8 @@ class MLflowLogger(RankZeroLogger):
         from mlflow import MlflowClient
         from mlflow.entities import Metric
 
-        if self._artifacts is not None:
+        _check_reachable(self.tracking_uri)  # MLflow would retry for minutes, and the fit wait at its end
+        if self._artifacts is not None:  # here, not in __init__: a folder it cannot make is one warning
             self._artifacts.mkdir(parents=True, exist_ok=True)
         self._metric = Metric
         self._client = MlflowClient(tracking_uri=self.tracking_uri)
@@ -205,13 +208,25 @@ def _tracking_uri(target: Any) -> tuple[str, Path | None]:
                 f"tracking_uri {str(target)!r} is a folder; give the SQLite file to create in it, e.g. "
                 f"{str(path / 'mlflow.db')!r}, or a tracking URI such as 'http://127.0.0.1:5000'"
             )
-        path.parent.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{path}", path.parent / "mlartifacts"
     if isinstance(target, str) and target:
         return target, None
     raise ValueError(
         f"tracking_uri must be a file path (a local SQLite store) or an MLflow tracking URI, got {target!r}"
     )
+
+
+def _check_reachable(tracking_uri: str, timeout_s: float = 3.0) -> None:
+    """ConnectionError unless a TCP connection to an http(s) tracking server opens within `timeout_s`."""
+    parts = urllib.parse.urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConnectionError(f"no MLflow server answers at {parts.hostname}:{port} ({reason})") from None
 
 
 def _params(config: dict[str, Any]) -> dict[str, str]:
