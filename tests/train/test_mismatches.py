@@ -136,3 +136,32 @@ def test_a_row_of_only_minus_infinity_gives_nan_like_torch():
         torch.logsumexp(torch.from_numpy(logits[1]), 0).item()
     )
     assert np.isnan(softmax_cross_entropy_spec(logits, targets)[0])
+
+
+@pytest.mark.parametrize(
+    ("metric", "said"),
+    [
+        (lambda out, batch: "n/a", r"returned 'n/a'; a metric function returns one number for the batch"),
+        (lambda out, batch: None, r"returned None; a metric function returns one number"),
+        (lambda out, batch: out[:, 0], r"returned an array of shape \(16,\); a metric function returns one"),
+        (lambda out, batch: 1 / 0, r"division by zero"),
+    ],
+    ids=["string", "none", "vector", "raises"],
+)
+def test_a_failing_metric_is_named_and_its_epoch_is_saved_first(tmp_path, metric, said):
+    """Evaluation ran before the epoch's checkpoint: a metric that raised lost the epoch (issue 44)."""
+    trainer = Trainer(
+        nn.Linear(10, 10), F.cross_entropy, (DATA, DATA), CONFIG, metrics={"recall": metric}, run="r",
+        runs_dir=tmp_path,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"^metrics\['recall'\] failed: " + said):
+        trainer.fit()
+    assert (tmp_path / "r" / "checkpoint.pt").is_file()
+    assert trainer.step == 4  # the epoch trained, and is kept
+
+
+def test_numpy_numbers_and_one_element_arrays_are_numbers():
+    from workbench.train.metrics import MeanOverSamples
+
+    for value in (np.float32(0.5), np.int64(1), np.array([0.25]), torch.tensor([0.5]), 0.5, 2):
+        assert MeanOverSamples(lambda out, batch, v=value: v, lambda batch: 4).sums(None, None).shape == (2,)

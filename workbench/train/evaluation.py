@@ -16,6 +16,10 @@ from workbench.train.precision import Precision
 from workbench.train.strategy import Strategy
 
 
+class MetricError(ValueError):
+    """A metric raised or returned something else than a number; the message names it."""
+
+
 def evaluate_shard(
     model: torch.nn.Module,
     loader: Any,
@@ -55,7 +59,10 @@ def evaluate_shard(
                 metrics = objective.evaluation_metrics()
                 metric_sums = {name: loss_sum.new_zeros(()) for name in metrics}
             for name, metric in metrics.items():
-                sums = metric.sums(outputs, batch).detach().to(loss_sum.device, torch.float64)
+                try:
+                    sums = metric.sums(outputs, batch).detach().to(loss_sum.device, torch.float64)
+                except Exception as error:  # the user's code: name the metric, keep its error as the cause
+                    raise MetricError(f"metrics[{name!r}] failed: {error}") from error
                 metric_sums[name] = metric_sums[name] + sums
     on_host = {name: sums.cpu() for name, sums in (metric_sums or {}).items()}
     mine = {"loss": float(loss_sum), "samples": samples, "metrics": on_host}

@@ -410,13 +410,13 @@ class Trainer:
             )
         self.epoch += 1
         self._position = 0
+        if self._due_checkpoint():  # before evaluating: a metric that fails costs its epoch nothing
+            self._save()
         for split in ("val", "test"):
             metrics = self.evaluate(split)
             if metrics:
                 self._last[split] = metrics
                 self.events.on_eval(self._event(epoch=self.epoch - 1, split=split, **metrics))
-        if self._due_checkpoint():
-            self._save()
         return True
 
     def _run_step(

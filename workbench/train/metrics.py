@@ -5,7 +5,8 @@ A metric is either a plain function ``fn(outputs, batch) -> float`` (a per-sampl
 weighted by the batch's samples) or an object with ``sums(outputs, batch) -> 1-D tensor`` and
 ``compute(totals) -> float`` for metrics that are not means (F1 needs true/false positives per class).
 
-    >>> import torch
+    >>> import numpy as np
+import torch
     >>> outputs, batch = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]]), (None, torch.tensor([0, 1, 1]))
     >>> round(Accuracy().compute(Accuracy().sums(outputs, batch)), 3)
     0.667
@@ -15,9 +16,11 @@ weighted by the batch's samples) or an object with ``sums(outputs, batch) -> 1-D
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 TARGET_KEYS = ("labels", "label", "targets", "target", "y")
@@ -133,10 +136,22 @@ class MeanOverSamples:
 
     def sums(self, outputs: Any, batch: Any) -> torch.Tensor:
         value = self.fn(outputs, batch)
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
             value = value.detach().to(torch.float64).reshape(())
+        elif (
+            isinstance(value, numbers.Real | np.ndarray)
+            and not isinstance(value, bool)
+            and np.size(value) == 1
+        ):
+            value = torch.tensor(
+                float(np.asarray(value).reshape(())), dtype=torch.float64
+            )  # Python and NumPy numbers
         else:
-            value = torch.tensor(float(value), dtype=torch.float64)
+            shown = f"an array of shape {tuple(value.shape)}" if hasattr(value, "shape") else repr(value)
+            raise ValueError(
+                f"returned {shown:.80}; a metric function returns one number for the batch (a float or a "
+                "one-element tensor), e.g. (outputs.argmax(1) == y).float().mean()"
+            )
         samples = self.samples_of(batch)
         return torch.stack([value * samples, torch.full_like(value, samples)])
 

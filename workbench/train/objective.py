@@ -135,7 +135,13 @@ class Objective:
         if self.loss_fn is None:
             return self(model, batch)
         inputs, target = self.pair(batch)
-        outputs = predict(model, inputs)
+        try:
+            outputs = predict(model, inputs)
+        except (RuntimeError, ValueError, TypeError) as error:  # e.g. a val split of another width
+            explained = explain_model_error(model, inputs, error)
+            if explained is None:
+                raise
+            raise ValueError(f"on an evaluation batch, {explained}") from error
         if outputs is None:
             return None, None
         if self.classification is None:
