@@ -165,3 +165,16 @@ def test_numpy_numbers_and_one_element_arrays_are_numbers():
 
     for value in (np.float32(0.5), np.int64(1), np.array([0.25]), torch.tensor([0.5]), 0.5, 2):
         assert MeanOverSamples(lambda out, batch, v=value: v, lambda batch: 4).sums(None, None).shape == (2,)
+
+
+def test_a_checkpoint_whose_config_has_an_unknown_field_is_refused_in_one_line(tmp_path):
+    Trainer(nn.Linear(10, 10), F.cross_entropy, DATA, CONFIG, run="r", runs_dir=tmp_path).fit()
+    checkpoint = tmp_path / "r" / "checkpoint.pt"
+    state = torch.load(checkpoint, weights_only=False)
+    state["config"]["colour"] = "red"
+    torch.save(state, checkpoint)
+    again = Trainer(nn.Linear(10, 10), F.cross_entropy, DATA, TrainConfig(epochs=2, batch_size=16), run="r",
+                    runs_dir=tmp_path)  # fmt: skip
+    with pytest.raises(ValueError, match=r"^cannot resume from .*checkpoint.pt: the config has a field this "
+                       r"version of workbench does not know: colour"):  # fmt: skip
+        again.fit(resume=True)

@@ -171,12 +171,33 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Inverse of `to_dict`."""
+        """Inverse of `to_dict`; ValueError naming any field this version does not know.
+
+        Example:
+            >>> TrainConfig.from_dict({"epochs": 3, "colour": "red"})
+            Traceback (most recent call last):
+            ...
+            ValueError: the config has a field this version of workbench does not know: colour ...
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"a config must be a JSON object of fields, got {type(data).__name__}")
         data = dict(data)
         optimizer = dict(data.pop("optimizer", {}))
+        loader = dict(data.pop("loader", {}))
+        unknown = [
+            *(name for name in data if name not in _fields(cls)),
+            *(f"optimizer.{name}" for name in optimizer if name not in _fields(OptimizerConfig)),
+            *(f"loader.{name}" for name in loader if name not in _fields(LoaderConfig)),
+        ]
+        if unknown:
+            several = len(unknown) > 1
+            raise ValueError(
+                f"the config has {'fields' if several else 'a field'} this version of workbench does not "
+                f"know: {', '.join(unknown)} (written by another version, or by hand); remove "
+                f"{'them' if several else 'it'}, or use the workbench version that wrote it"
+            )
         if "betas" in optimizer:
             optimizer["betas"] = tuple(optimizer["betas"])
-        loader = dict(data.pop("loader", {}))
         loader["collate_fn"] = None  # a function is logged by name only; give it again in code
         if data.get("profile_steps") is not None:  # JSON holds the pair as a list
             data["profile_steps"] = tuple(data["profile_steps"])
@@ -187,6 +208,10 @@ class TrainConfig:
         if isinstance(changes.get("optimizer"), dict):
             changes["optimizer"] = dataclasses.replace(self.optimizer, **changes["optimizer"])
         return dataclasses.replace(self, **changes)
+
+
+def _fields(kind: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(kind)}
 
 
 def _check_profile_steps(steps: object) -> None:

@@ -174,7 +174,10 @@ def restore_training_state(
     missing = [key for key in ("model", "optimizer", "config", "step", "epoch") if key not in state]
     if missing:
         raise ValueError(f"{path} is not a workbench checkpoint: it has no {', '.join(missing)}")
-    saved = TrainConfig.from_dict(state["config"])
+    try:
+        saved = TrainConfig.from_dict(state["config"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"cannot resume from {path}: {error}") from None
     check_resumable(path, saved, state.get("data_shards", 1), config, strategy.data_world_size)
     try:
         strategy.load_model_state(model, state["model"])
