@@ -374,7 +374,8 @@ def _train(args: argparse.Namespace) -> int:
             return _train_here(args, strategy=None)
         return _train_distributed(args)
     except (ValueError, OSError, RunInUseError) as error:  # OSError: a run directory it cannot write
-        print(f"workbench train: error: {error}", file=sys.stderr)
+        said = error.strerror if isinstance(error, OSError) and error.strerror else error  # no "[Errno 27]"
+        print(f"workbench train: error: {said}", file=sys.stderr)
         return 2
 
 

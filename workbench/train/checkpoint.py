@@ -50,6 +50,14 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
         os.replace(temporary, path)
     except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
+        limit = file_size_limit()
+        if limit is not None and _disk_full(error) and shutil.disk_usage(path.parent).free > 2**20:
+            raise OSError(
+                errno.EFBIG,
+                f"{path.name} outgrew this process's file-size limit (ulimit -f: {limit:,} bytes) while "
+                f"being written in {path.parent}; the previous checkpoint is kept. Raise the limit (ulimit "
+                "-f unlimited) and resume",
+            ) from error
         if _disk_full(error):
             free = shutil.disk_usage(path.parent).free
             raise OSError(
@@ -113,6 +121,31 @@ def remove_stale_temp_files(path: str | os.PathLike) -> list[Path]:
         temporary.unlink(missing_ok=True)
         removed.append(temporary)
     return removed
+
+
+def file_size_limit() -> int | None:
+    """This process's largest file size in bytes (``ulimit -f``), or None when there is no limit."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def explain_write_failure(path: Path, error: OSError) -> str:
+    """Why writing `path` failed, in words that name the limit and the fix."""
+    limit = file_size_limit()
+    if error.errno == errno.EFBIG and limit is not None:
+        why = f"it reached this process's file-size limit (ulimit -f: {limit:,} bytes); raise the limit"
+    elif error.errno == errno.ENOSPC:
+        free = shutil.disk_usage(path.parent).free
+        why = f"no space left on the device ({free / 2**20:.1f} MiB free); free some space"
+    elif error.errno == errno.EDQUOT:
+        why = "the disk quota is used up; free some of it"
+    else:
+        why = f"{error.strerror or error}; check the folder"
+    return f"cannot write {path}: {why}, then resume the run (fit(resume=True), or --resume)"
 
 
 def _disk_full(error: BaseException) -> bool:

@@ -5,6 +5,7 @@ Runs can be compared and plotted again later without re-training: `read_metrics`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import IO, Any
 
+from workbench.train.checkpoint import explain_write_failure
 from workbench.train.events import Callback, Event
 
 METRICS_FILE = "metrics.jsonl"
@@ -55,9 +57,15 @@ class MetricsLog(Callback):
     def _write(self, kind: str, data: Event, *, flush: bool = False) -> None:
         if self._file is None:
             return
-        self._file.write(json.dumps({"event": kind, **_jsonable(data)}) + "\n")
-        if flush:
-            self._file.flush()
+        try:
+            self._file.write(json.dumps({"event": kind, **_jsonable(data)}) + "\n")
+            if flush:
+                self._file.flush()
+        except OSError as error:  # a full disk, a file-size limit: training stops, saying which and why
+            file, self._file = self._file, None
+            with contextlib.suppress(OSError):
+                file.close()
+            raise OSError(error.errno, explain_write_failure(self.path, error)) from None
 
 
 def read_metrics(run: str | os.PathLike, kind: str | None = None) -> list[Event]:
