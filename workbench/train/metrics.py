@@ -5,8 +5,7 @@ A metric is either a plain function ``fn(outputs, batch) -> float`` (a per-sampl
 weighted by the batch's samples) or an object with ``sums(outputs, batch) -> 1-D tensor`` and
 ``compute(totals) -> float`` for metrics that are not means (F1 needs true/false positives per class).
 
-    >>> import numpy as np
-import torch
+    >>> import torch
     >>> outputs, batch = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 0.0]]), (None, torch.tensor([0, 1, 1]))
     >>> round(Accuracy().compute(Accuracy().sums(outputs, batch)), 3)
     0.667
