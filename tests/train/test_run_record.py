@@ -89,3 +89,20 @@ def test_a_refused_resume_leaves_every_tensor_of_the_model_as_it_was(tmp_path):
     with pytest.raises(ValueError, match=r"size mismatch for 0.weight: copying a param with shape \(5, 10\)"):
         trainer.fit(resume=True)
     assert all(torch.equal(before[key], value) for key, value in model.state_dict().items())
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "config.json", ".lock"])
+def test_a_symlink_planted_in_the_run_folder_is_refused_and_its_target_untouched(tmp_path, name):
+    """Issue 44: links in a run folder were followed, so a fit could overwrite any file its user can write."""
+    folder = tmp_path / "runs" / "r"
+    folder.mkdir(parents=True)
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    (folder / name).symlink_to(target)
+    trainer = Trainer(_model(), F.cross_entropy, DATA, TrainConfig(epochs=1, batch_size=16), run="r",
+                      runs_dir=tmp_path / "runs")  # fmt: skip
+    with pytest.raises(
+        OSError, match=rf"refusing to write .*r/{name}: it is a symbolic link \(to {target}\)"
+    ):
+        trainer.fit()
+    assert target.read_text() == "keep me"

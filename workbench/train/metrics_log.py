@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from workbench.train.checkpoint import explain_write_failure
 from workbench.train.events import Callback, Event
+from workbench.train.run_files import open_run_file
 
 METRICS_FILE = "metrics.jsonl"
 _FLUSH_EVERY_S = 1.0
@@ -35,7 +36,9 @@ class MetricsLog(Callback):
 
     def on_fit_start(self, info: Event) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a" if info["start_step"] > 0 else "w", encoding="utf-8")
+        append = info["start_step"] > 0
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        self._file = os.fdopen(open_run_file(self.path, flags), "a" if append else "w", encoding="utf-8")
         self._write("fit_start", info, flush=True)
 
     def on_step(self, metrics: Event) -> None:

@@ -43,6 +43,7 @@ import torch
 from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import TrainConfig
 from workbench.train.metrics_log import METRICS_FILE
+from workbench.train.run_files import open_run_file
 from workbench.train.strategy import Strategy
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -89,7 +90,9 @@ class RunDir:
     def write_config(self, config: TrainConfig) -> Path:
         """Create the directory and write ``config.json`` (the config this run trains with now)."""
         self.path.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(json.dumps(config.to_dict(), indent=2))
+        descriptor = open_run_file(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(json.dumps(config.to_dict(), indent=2))
         return self.config_path
 
     def save(self, state: dict[str, Any]) -> Path:

@@ -15,6 +15,8 @@ import socket
 import time
 from pathlib import Path
 
+from workbench.train.run_files import open_run_file
+
 LOCK_FILE = ".lock"
 
 
@@ -54,7 +56,7 @@ class RunLock:
         if self._descriptor is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = open_run_file(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
