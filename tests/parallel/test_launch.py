@@ -208,6 +208,29 @@ def test_a_rank_killed_with_sigkill_is_named_within_30_seconds():
     assert launch(lambda s: s.rank, 2, verbose=False) == 0
 
 
+def test_a_rank_that_leaves_with_os_exit_0_is_named_not_the_rank_it_left_waiting():
+    """Issue 44: rank 1 calling os._exit(0) got rank 0 blamed (its collective's peer had closed).
+    (sys.exit(0) raises SystemExit, which the worker reports as it is.)"""
+
+    def train(strategy):
+        import os
+
+        if strategy.rank == 1:
+            os._exit(0)
+        time.sleep(0.5)
+        value = torch.ones(1)
+        torch.distributed.all_reduce(value)
+        return float(value)
+
+    job = Launch(train, 2, verbose=False, timeout_s=20)
+    with pytest.raises(
+        WorkerFailed, match=r"^rank 1 of 2 failed: exited with code 0 before its function returned"
+    ) as info:
+        job.fit()
+    assert info.value.rank == 1
+    assert _pids_gone(job.pids)
+
+
 def test_interrupting_the_kernel_stops_every_worker_within_10_seconds():
     class InterruptAtStep2(Callback):
         def on_step(self, metrics):

@@ -312,6 +312,8 @@ class _Supervisor:
         self.commands: Connection | None = None  # write end → rank 0
         self.reports: dict[int, tuple[str, str, str]] = {}  # rank → (error type, message, traceback)
         self.exited_at: dict[int, float] = {}
+        self.done: set[int] = set()  # ranks whose function returned
+        self.closed: set[int] = set()  # ranks whose event pipe closed: every message they sent was read
         self._paused = False
         self._stop_sent = False
         self.hung: dict[int, str] = {}  # rank → stacks of workers still running when another failed
@@ -374,6 +376,7 @@ class _Supervisor:
             for connection in wait(open_pipes, timeout=_POLL_S):
                 if not self._receive(connection):
                     open_pipes.remove(connection)
+                    self.closed.add(self.events[connection])
             self._forward_control()
             if self.job._terminate.is_set():
                 raise KeyboardInterrupt("the launch was terminated; every worker was stopped")
@@ -381,7 +384,7 @@ class _Supervisor:
             for rank, process in enumerate(self.processes):
                 if process.exitcode is not None and rank not in self.exited_at:
                     self.exited_at[rank] = now
-            if any(p.exitcode not in (None, 0) for p in self.processes):
+            if any(p.exitcode not in (None, 0) for p in self.processes) or self._left_early():
                 self._fail()
             if all(p.exitcode == 0 for p in self.processes) and not open_pipes:
                 return
@@ -399,7 +402,20 @@ class _Supervisor:
                 self._relay(hook, event)
         elif kind == "error":
             self.reports[rank] = message[2:]
+        elif kind == "done":
+            self.done.add(rank)
         return True
+
+    def _left_early(self) -> list[int]:
+        """Ranks that exited with code 0 before their function returned (os._exit(0) in it)."""
+        return [
+            rank
+            for rank, process in enumerate(self.processes)
+            if process.exitcode == 0
+            and rank in self.closed
+            and rank not in self.done
+            and rank not in self.reports
+        ]
 
     def _relay(self, hook: str, event: dict[str, Any]) -> None:
         if hook == "on_fit_start":
@@ -464,15 +480,18 @@ class _Supervisor:
         hung = self._hung_failure()
         if hung is not None:
             return hung
+        early = self._left_early()
         failed = [
-            r for r, p in enumerate(self.processes) if p.exitcode not in (None, 0) and r in self.exited_at
+            r
+            for r, p in enumerate(self.processes)
+            if (p.exitcode not in (None, 0) or r in early) and r in self.exited_at
         ]
 
         def cause_first(rank: int) -> tuple[int, float, int]:
             code = self.processes[rank].exitcode or 0
             report = self.reports.get(rank)
             consequence = report is not None and any(m in " ".join(report[:2]) for m in _CONSEQUENCES)
-            killed = code < 0 and report is None
+            killed = (code < 0 and report is None) or rank in early
             return (0 if killed else 2 if consequence else 1, self.exited_at[rank], rank)
 
         failed.sort(key=cause_first)
@@ -520,6 +539,8 @@ class _Supervisor:
             except ValueError:
                 name = f"signal {-code}"
             return f"killed by {name} (out of memory, or killed from outside?)"
+        if code == 0 and rank not in self.done:
+            return "exited with code 0 before its function returned (os._exit in it?)"
         return f"exited with code {code}"
 
     def _stop_workers(self) -> None:
