@@ -289,3 +289,26 @@ def test_ctrl_c_stops_after_the_step_saves_and_says_so_in_one_line(tmp_path):
     end = json.loads(log.read_text().splitlines()[-1])
     assert (end["event"], end["status"]) == ("fit_end", "stopped")
     assert (tmp_path / "runs" / "x" / "checkpoint.pt").is_file()
+
+
+def test_a_diverging_run_ends_with_the_reason_not_a_traceback(tmp_path):
+    """Issue 44: the NonFiniteLossError reached the terminal as a traceback."""
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable,
+        "-m",
+        "workbench",
+        "train",
+        "regression-linear",
+        "--lr",
+        "1000",
+        "--epochs",
+        "2",
+    ]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("workbench train: error: training loss became inf in steps ")
+    assert last.endswith("Try a lower lr (now 1000) or clipping (clip_norm).")

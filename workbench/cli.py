@@ -354,6 +354,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from workbench.presets import PRESETS
     from workbench.tables import text_table
+    from workbench.train.loss_check import NonFiniteLossError
     from workbench.train.run_lock import RunInUseError
 
     if args.list or args.preset is None:
@@ -373,6 +374,9 @@ def _train(args: argparse.Namespace) -> int:
             _refuse_distributed_options(args)
             return _train_here(args, strategy=None)
         return _train_distributed(args)
+    except NonFiniteLossError as error:  # the training diverged: said as it is, not as a traceback
+        print(f"workbench train: error: {error}", file=sys.stderr)
+        return 1
     except (ValueError, OSError, RunInUseError) as error:  # OSError: a run directory it cannot write
         said = error.strerror if isinstance(error, OSError) and error.strerror else error  # no "[Errno 27]"
         print(f"workbench train: error: {said}", file=sys.stderr)
