@@ -312,3 +312,65 @@ def test_a_diverging_run_ends_with_the_reason_not_a_traceback(tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("workbench train: error: training loss became inf in steps ")
     assert last.endswith("Try a lower lr (now 1000) or clipping (clip_norm).")
+
+
+def test_a_worker_killed_under_the_command_is_named_without_a_traceback(tmp_path):
+    """Issue 44: a SIGKILLed rank of `workbench train --strategy ddp` ended in a WorkerFailed traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    command = [
+        sys.executable,
+        "-m",
+        "workbench",
+        "train",
+        "digits-mlp",
+        "--strategy",
+        "ddp",
+        "--epochs",
+        "500",
+    ]
+    process = subprocess.Popen(
+        [*command, "--run", "k"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    log, deadline = tmp_path / "runs" / "k" / "metrics.jsonl", time.monotonic() + 120
+    while not (log.is_file() and '"event": "step"' in log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.1)
+    workers = [p for p in psutil.Process(process.pid).children(recursive=True) if p.ppid() != process.pid]
+    assert len(workers) == 2, workers  # the fork server's two children
+    max(workers, key=lambda p: p.pid).send_signal(signal.SIGKILL)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 1 and "Traceback" not in err, err
+    assert "workbench train: error: rank " in err and "of 2 failed: killed by SIGKILL" in err
+    assert err.strip().endswith("all 2 workers were stopped; launch again when fixed")
+
+
+def test_compile_without_a_compiler_is_one_line_from_the_command(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable,
+        "-m",
+        "workbench",
+        "train",
+        "digits-mlp",
+        "--epochs",
+        "1",
+        "--compile",
+        "default",
+    ]
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-g++")}
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .startswith("workbench train: error: compile='default' needs the C++ compiler CXX=")
+    )

@@ -352,8 +352,10 @@ def _jupyter_kernels() -> set[str]:
 def _train(args: argparse.Namespace) -> int:
     import torch
 
+    from workbench.parallel import WorkerFailed
     from workbench.presets import PRESETS
     from workbench.tables import text_table
+    from workbench.train.compilation import CompilerMissingError
     from workbench.train.loss_check import NonFiniteLossError
     from workbench.train.run_lock import RunInUseError
 
@@ -376,6 +378,12 @@ def _train(args: argparse.Namespace) -> int:
         return _train_distributed(args)
     except NonFiniteLossError as error:  # the training diverged: said as it is, not as a traceback
         print(f"workbench train: error: {error}", file=sys.stderr)
+        return 1
+    except CompilerMissingError as error:
+        print(f"workbench train: error: {error}", file=sys.stderr)
+        return 2
+    except WorkerFailed as error:  # what failed where; the rank's traceback is for the API, not the terminal
+        print(f"workbench train: error: {str(error).split(chr(10) * 2)[0]}", file=sys.stderr)
         return 1
     except (ValueError, OSError, RunInUseError) as error:  # OSError: a run directory it cannot write
         said = error.strerror if isinstance(error, OSError) and error.strerror else error  # no "[Errno 27]"

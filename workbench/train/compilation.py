@@ -57,6 +57,10 @@ def c_compiler(device: torch.device) -> str | None:
     return None
 
 
+class CompilerMissingError(RuntimeError):
+    """``compile`` was asked for on a machine without the compiler TorchInductor needs (the fix is said)."""
+
+
 def check_can_compile(mode: str, device: torch.device) -> None:
     """Raise RuntimeError (with the fix) when `mode` needs a C compiler this machine lacks."""
     if mode == "off" or c_compiler(device) is not None:
@@ -69,7 +73,7 @@ def check_can_compile(mode: str, device: torch.device) -> None:
         wanted = (
             f"the C++ compiler CXX={os.environ['CXX']!r}" if os.environ.get("CXX") else "a C++ compiler (g++)"
         )
-    raise RuntimeError(
+    raise CompilerMissingError(
         f"compile={mode!r} needs {wanted} for TorchInductor to build {device.type} kernels, and none is on "
         "PATH; install one (Debian/Ubuntu: apt install g++; conda: conda install gxx) or point CXX/CC at it, "
         "or train eagerly with compile='off'"
