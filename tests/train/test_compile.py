@@ -129,7 +129,7 @@ def test_a_machine_without_a_c_compiler_is_refused_with_the_fix(tmp_path):
     )
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("workbench.train.compilation.CompilerMissingError: compile='default' needs the C++")
+    assert last.startswith("workbench.train.compilation.CompilerMissingError: compile='default' needs")
     assert "apt install g++" in last and "compile='off'" in last
 
 
