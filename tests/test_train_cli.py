@@ -260,24 +260,35 @@ def test_a_runs_dir_with_a_tilde_is_the_home_folder(tmp_path, monkeypatch):
     assert RunDir.named("x", runs_dir="~/runs").path == tmp_path / "runs" / "x"
 
 
+def _workbench(*args: str) -> list[str]:
+    """The command line `workbench ARGS` as this interpreter runs it."""
+    import sys
+
+    return [sys.executable, "-m", "workbench", *args]
+
+
+def _wait_for_a_logged_step(process, log) -> None:
+    import time
+
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and '"event": "step"' in log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.1)
+
+
 def test_ctrl_c_stops_after_the_step_saves_and_says_so_in_one_line(tmp_path):
     """Ctrl-C in a terminal: the run stops at a step boundary, saves, logs `stopped` and prints one line
     (issue 44: it printed a KeyboardInterrupt traceback, exited -2, logged `failed` and lost the epoch)."""
     import json
     import signal
     import subprocess
-    import sys
-    import time
 
-    command = [sys.executable, "-m", "workbench", "train", "digits-mlp", "--epochs", "500", "--run", "x"]
+    command = _workbench("train", "digits-mlp", "--epochs", "500", "--run", "x")
     process = subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     log = tmp_path / "runs" / "x" / "metrics.jsonl"
-    deadline = time.monotonic() + 120
-    while not (log.is_file() and '"event": "step"' in log.read_text()):
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.1)
+    _wait_for_a_logged_step(process, log)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
@@ -294,19 +305,8 @@ def test_ctrl_c_stops_after_the_step_saves_and_says_so_in_one_line(tmp_path):
 def test_a_diverging_run_ends_with_the_reason_not_a_traceback(tmp_path):
     """Issue 44: the NonFiniteLossError reached the terminal as a traceback."""
     import subprocess
-    import sys
 
-    command = [
-        sys.executable,
-        "-m",
-        "workbench",
-        "train",
-        "regression-linear",
-        "--lr",
-        "1000",
-        "--epochs",
-        "2",
-    ]
+    command = _workbench("train", "regression-linear", "--lr", "1000", "--epochs", "2")
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     last = done.stderr.strip().splitlines()[-1]
@@ -318,29 +318,14 @@ def test_a_worker_killed_under_the_command_is_named_without_a_traceback(tmp_path
     """Issue 44: a SIGKILLed rank of `workbench train --strategy ddp` ended in a WorkerFailed traceback."""
     import signal
     import subprocess
-    import sys
-    import time
 
     import psutil
 
-    command = [
-        sys.executable,
-        "-m",
-        "workbench",
-        "train",
-        "digits-mlp",
-        "--strategy",
-        "ddp",
-        "--epochs",
-        "500",
-    ]
+    command = _workbench("train", "digits-mlp", "--strategy", "ddp", "--epochs", "500", "--run", "k")
     process = subprocess.Popen(
-        [*command, "--run", "k"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    log, deadline = tmp_path / "runs" / "k" / "metrics.jsonl", time.monotonic() + 120
-    while not (log.is_file() and '"event": "step"' in log.read_text()):
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.1)
+    _wait_for_a_logged_step(process, tmp_path / "runs" / "k" / "metrics.jsonl")
     workers = [p for p in psutil.Process(process.pid).children(recursive=True) if p.ppid() != process.pid]
     assert len(workers) == 2, workers  # the fork server's two children
     max(workers, key=lambda p: p.pid).send_signal(signal.SIGKILL)
@@ -353,19 +338,8 @@ def test_a_worker_killed_under_the_command_is_named_without_a_traceback(tmp_path
 def test_compile_without_a_compiler_is_one_line_from_the_command(tmp_path):
     import os
     import subprocess
-    import sys
 
-    command = [
-        sys.executable,
-        "-m",
-        "workbench",
-        "train",
-        "digits-mlp",
-        "--epochs",
-        "1",
-        "--compile",
-        "default",
-    ]
+    command = _workbench("train", "digits-mlp", "--epochs", "1", "--compile", "default")
     env = {**os.environ, "CXX": str(tmp_path / "no-such-g++")}
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
