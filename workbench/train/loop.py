@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import math
 import os
 import sys
@@ -32,6 +31,7 @@ import torch
 
 from workbench.data import Dataset, as_splits, split_size
 from workbench.train import gradients
+from workbench.train.arguments import check_arguments, check_optimizer
 from workbench.train.batches import (
     device_batches,
     lockstep,
@@ -62,7 +62,7 @@ from workbench.train.run_dir import (
 )
 from workbench.train.run_lock import RunLock
 from workbench.train.step_time import NO_CLOCK, Clock, StepClock, takes_clock
-from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy, StrategyBase
+from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
 from workbench.train.supervision import current_supervision
 
 __all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "StepFn", "Trainer"]
@@ -153,7 +153,7 @@ class Trainer:
         optimizer_factory: OptimizerFactory | None = None,
         strategy: Strategy | None = None,
     ) -> None:
-        _check_arguments(model, config, strategy, callbacks, optimizer_factory)
+        check_arguments(model, config, strategy, callbacks, optimizer_factory)
         self.config = config if config is not None else TrainConfig()
         self.strategy = strategy if strategy is not None else SingleDevice(self.config.device)
         splits = as_splits(splits)
@@ -636,78 +636,3 @@ class Trainer:
 
     def _due_checkpoint(self) -> bool:
         return self.run_dir is not None and self.epoch % self.config.checkpoint_every == 0
-
-
-def _check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, optimizer_factory: Any) -> None:
-    """TypeError naming the argument, what it got and what it accepts, before anything is built."""
-    if not isinstance(model, torch.nn.Module):
-        raise TypeError(
-            f"model must be a torch.nn.Module, got {type(model).__name__}; wrap a function in an "
-            "nn.Module (its forward), or pass the module itself rather than its output"
-        )
-    if config is not None and not isinstance(config, TrainConfig):
-        hint = " (build it with TrainConfig(**that_dict))" if isinstance(config, dict) else ""
-        raise TypeError(f"config must be a TrainConfig or None, got {type(config).__name__}{hint}")
-    if strategy is not None and not isinstance(strategy, StrategyBase):
-        hint = " (an instance, e.g. DataParallel(), not the class)" if isinstance(strategy, type) else ""
-        raise TypeError(
-            f"strategy must be a strategy object such as SingleDevice('cpu') or, inside launch/torchrun, "
-            f"DataParallel(); got {strategy!r}{hint}"
-        )
-    if isinstance(callbacks, str | bytes) or not isinstance(callbacks, Iterable):
-        raise TypeError(
-            f"callbacks must be a list of callbacks (e.g. [plot]), got {type(callbacks).__name__}"
-        )
-    for index, callback in enumerate(callbacks):
-        hooks = ("on_fit_start", "on_step", "on_eval", "on_fit_end")
-        if not any(callable(getattr(callback, hook, None)) for hook in hooks):
-            raise TypeError(
-                f"callbacks[{index}] is a {type(callback).__name__}, which has none of the hooks "
-                f"{', '.join(hooks)}; give a workbench.train.Callback (or a widget such as LossPlot)"
-            )
-    parameters = list(model.parameters())
-    if not parameters:
-        raise ValueError(
-            f"the model ({type(model).__name__}) has no parameters, so there is nothing to train: give a "
-            "model with layers that hold weights (nn.Linear, nn.Conv2d, ...)"
-        )
-    if not any(p.requires_grad for p in parameters):
-        raise ValueError(
-            f"every parameter of the model ({len(parameters)} tensors) has requires_grad=False, so training "
-            "would change nothing: unfreeze what should learn (p.requires_grad_(True) for its parameters)"
-        )
-    fix = "use optimizer_factory=lambda params, cfg: torch.optim.RMSprop(params, lr=cfg.lr)"
-    if isinstance(optimizer_factory, type):
-        name = optimizer_factory.__name__
-        raise TypeError(
-            f"optimizer_factory must be a function factory(params, optimizer_config) -> "
-            f"torch.optim.Optimizer, got the class {name}; use optimizer_factory=lambda params, cfg: "
-            f"{name}(params, lr=cfg.lr)"
-        )
-    if optimizer_factory is not None and not callable(optimizer_factory):
-        raise TypeError(
-            f"optimizer_factory must be a function factory(params, optimizer_config) -> "
-            f"torch.optim.Optimizer, got {type(optimizer_factory).__name__}; {fix}"
-        )
-    if optimizer_factory is not None:
-        try:
-            inspect.signature(optimizer_factory).bind(parameters, None)
-        except TypeError:
-            shown = f"{getattr(optimizer_factory, '__name__', 'it')}{inspect.signature(optimizer_factory)}"
-            raise TypeError(
-                f"optimizer_factory is called as factory(params, optimizer_config), but {shown} does not "
-                f"take those two arguments; {fix}"
-            ) from None
-        except ValueError:  # a builtin without a signature: called as it is
-            pass
-
-
-def check_optimizer(optimizer: Any) -> torch.optim.Optimizer:
-    """`optimizer` if the factory returned one; TypeError naming what it returned otherwise."""
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"optimizer_factory returned {type(optimizer).__name__}"
-            f"{'' if optimizer is None else f' {optimizer!r:.60}'}, not a torch.optim.Optimizer: return the "
-            "optimizer built on the params given (lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr))"
-        )
-    return optimizer
