@@ -58,7 +58,7 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         check_choice("name", self.name, OPTIMIZERS)
-        _check_number("lr", self.lr, above=0, at_most=MAX_LR)
+        check_lr(self.lr)
         _check_number("momentum", self.momentum, at_least=0, below=1)
         _check_number("weight_decay", self.weight_decay, at_least=0)
         if not isinstance(self.nesterov, bool):
@@ -208,6 +208,11 @@ class TrainConfig:
         if isinstance(changes.get("optimizer"), dict):
             changes["optimizer"] = dataclasses.replace(self.optimizer, **changes["optimizer"])
         return dataclasses.replace(self, **changes)
+
+
+def check_lr(lr: object) -> None:
+    """ValueError unless `lr` is a learning rate workbench accepts: finite, > 0 and ≤ `MAX_LR`."""
+    _check_number("lr", lr, above=0, at_most=MAX_LR)
 
 
 def _fields(kind: type) -> set[str]:

@@ -11,8 +11,8 @@ import math
 import threading
 from dataclasses import dataclass
 
-from workbench._validate import check_int, check_positive
-from workbench.train.config import MAX_LR
+from workbench._validate import check_int
+from workbench.train.config import check_lr
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,7 @@ class TrainControl:
     def set_lr(self, lr: float) -> None:
         """Use learning rate `lr` (> 0, ≤ 1000 as in the config) from the next step on; the schedule
         continues from there."""
-        check_positive("lr", lr)
-        if lr > MAX_LR:
-            raise ValueError(f"lr must be a finite number > 0 and ≤ {MAX_LR:g}, got {lr!r} (1e3 for 1e-3?)")
+        check_lr(lr)
         with self._condition:
             self._pending = dataclasses.replace(self._pending, lr=float(lr))
 
