@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from workbench._distribution import DISTRIBUTION
 
@@ -62,14 +63,8 @@ def install_kernelspec(
 
     if user and prefix:
         raise ValueError("give either user=True or prefix, not both")
+    spec = read_kernelspec(source)
     source = SOURCE_DIR if source is None else Path(source)
-    spec_file = source / "kernel.json"
-    if not spec_file.is_file():
-        raise MissingKernelspecError(
-            f"no kernelspec at {spec_file}: this installation of workbench lacks its package data; "
-            f"reinstall it ({DISTRIBUTION}) or pass source=<a directory holding kernel.json>"
-        )
-    spec = json.loads(spec_file.read_text(encoding="utf-8"))
     spec["argv"][0] = python or sys.executable
     with tempfile.TemporaryDirectory() as staging:
         staged = Path(staging) / KERNEL_NAME
@@ -81,6 +76,23 @@ def install_kernelspec(
     if not user:
         install_lab_overrides(prefix or sys.prefix)
     return Path(installed)
+
+
+def read_kernelspec(source: Path | None = None) -> dict[str, Any]:
+    """The ``kernel.json`` in `source` (default the package's own, `SOURCE_DIR`) as a dict.
+
+    Raises:
+        MissingKernelspecError: `source` has no ``kernel.json`` (an install that lost its package data).
+    """
+    spec_file = Path(SOURCE_DIR if source is None else source) / "kernel.json"
+    if not spec_file.is_file():
+        fix = (
+            f"this installation of workbench lacks its package data; reinstall it ({DISTRIBUTION})"
+            if source is None
+            else "pass source=<a directory holding kernel.json>"
+        )
+        raise MissingKernelspecError(f"no kernelspec at {spec_file}: {fix}")
+    return json.loads(spec_file.read_text(encoding="utf-8"))
 
 
 def install_lab_overrides(prefix: str) -> Path:

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 
 from workbench._validate import check_int
-from workbench.kernelspec import SOURCE_DIR
+from workbench.kernelspec import read_kernelspec
 from workbench.tables import text_table
 
 _CHILD = "import json, sys; from workbench.bench.kernel_env import child_timings; print(json.dumps(child_timings(int(sys.argv[1]))))"  # noqa: E501
@@ -31,14 +31,7 @@ _CHILD = "import json, sys; from workbench.bench.kernel_env import child_timings
 
 def kernel_environment() -> dict[str, str]:
     """The variables the `workbench` kernelspec sets (``workbench/resources/kernelspec/kernel.json``)."""
-    spec_file = SOURCE_DIR / "kernel.json"
-    if not spec_file.is_file():
-        raise FileNotFoundError(
-            f"no kernelspec at {spec_file}: this installation of workbench lacks its package data; "
-            "reinstall it"
-        )
-    spec = json.loads(spec_file.read_text(encoding="utf-8"))
-    return dict(spec.get("env", {}))
+    return dict(read_kernelspec().get("env", {}))
 
 
 @dataclass(frozen=True)
