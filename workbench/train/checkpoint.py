@@ -50,23 +50,22 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike) -> Path:
         os.replace(temporary, path)
     except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
-        limit = file_size_limit()
-        if limit is not None and _disk_full(error) and shutil.disk_usage(path.parent).free > 2**20:
+        if not _disk_full(error):  # torch says a write failed the same way for both causes below
+            raise
+        limit, free = file_size_limit(), shutil.disk_usage(path.parent).free
+        if limit is not None and free > 2**20:  # room on the disk: the file-size limit stopped it
             raise OSError(
                 errno.EFBIG,
                 f"{path.name} outgrew this process's file-size limit (ulimit -f: {limit:,} bytes) while "
                 f"being written in {path.parent}; the previous checkpoint is kept. Raise the limit (ulimit "
                 "-f unlimited) and resume",
             ) from error
-        if _disk_full(error):
-            free = shutil.disk_usage(path.parent).free
-            raise OSError(
-                errno.ENOSPC,
-                f"no space left on the device holding {path.parent} ({free / 2**20:.1f} MiB free) while "
-                f"writing {path.name}; the previous checkpoint is kept. Free some space, or train with "
-                "runs_dir= on another disk",
-            ) from error
-        raise
+        raise OSError(
+            errno.ENOSPC,
+            f"no space left on the device holding {path.parent} ({free / 2**20:.1f} MiB free) while "
+            f"writing {path.name}; the previous checkpoint is kept. Free some space, or train with "
+            "runs_dir= on another disk",
+        ) from error
     return path
 
 
