@@ -92,30 +92,26 @@ def copy_tutorials(folder: str | Path = DEFAULT_FOLDER, *, force: bool = False) 
             f"folder={str(folder)!r} is a file; give a folder to copy the tutorials into"
         )
     source = tutorials_source()
+    digests = {notebook.name: _digest(notebook) for notebook in sorted(source.glob("*.ipynb"))}
     recorded = _read_manifest(target)
     result = TutorialsCopy(folder=target)
-    plan: list[tuple[Path, Path]] = []
     edited: list[str] = []
-    for notebook in sorted(source.glob("*.ipynb")):
-        destination = target / notebook.name
-        if not destination.exists():
-            result.copied.append(notebook.name)
-        elif _digest(destination) == _digest(notebook):
-            result.unchanged.append(notebook.name)
-            continue
-        elif recorded.get(notebook.name) == _digest(destination):  # untouched since copied: update it
-            result.copied.append(notebook.name)
+    for name, digest in digests.items():
+        there = _digest(target / name) if (target / name).exists() else None
+        if there == digest:
+            result.unchanged.append(name)
+        elif there is None or recorded.get(name) == there:  # new, or untouched since copied: update it
+            result.copied.append(name)
         else:
-            edited.append(notebook.name)
-        plan.append((notebook, destination))
+            edited.append(name)
     if edited and not force:
         raise EditedTutorialsError(target, edited)
     result.replaced = edited
-    manifest = {**recorded, **{n.name: _digest(n) for n in source.glob("*.ipynb")}}
+    manifest = {**recorded, **digests}
     try:
         target.mkdir(parents=True, exist_ok=True)
-        for notebook, destination in plan:
-            shutil.copyfile(notebook, destination)
+        for name in [*result.copied, *result.replaced]:
+            shutil.copyfile(source / name, target / name)
         (target / MANIFEST).write_text(
             json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
