@@ -18,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -103,6 +103,14 @@ def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str |
         f"scores the model outputs), and {IGNORE_INDEX} marks a sample to ignore; map the labels to "
         f"0..{classes - 1}"
     )
+
+
+def raise_explained(error: BaseException, explained: str | None, prefix: str = "") -> NoReturn:
+    """Raise ValueError(`prefix` + `explained`) from `error`; `error` itself when there is no explanation.
+    Call it from the ``except`` block that caught `error`."""
+    if explained is None:
+        raise error
+    raise ValueError(prefix + explained) from error
 
 
 def _parameter_dtype(model: torch.nn.Module) -> torch.dtype | None:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from workbench.data import batch_size_of, describe_batch
-from workbench.train.diagnose import explain_loss_error, explain_model_error
+from workbench.train.diagnose import explain_loss_error, explain_model_error, raise_explained
 from workbench.train.metrics import Accuracy, Metric, as_metric, is_classification
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -108,10 +108,7 @@ class Objective:
             try:
                 outputs = model(inputs)
             except (RuntimeError, ValueError, TypeError) as error:
-                explained = explain_model_error(model, inputs, error)
-                if explained is None:
-                    raise
-                raise ValueError(explained) from error
+                raise_explained(error, explain_model_error(model, inputs, error))
             if not self._checked_shapes:
                 check_shapes(outputs, target)
                 self._checked_shapes = True
@@ -138,10 +135,7 @@ class Objective:
         try:
             outputs = predict(model, inputs)
         except (RuntimeError, ValueError, TypeError) as error:  # e.g. a val split of another width
-            explained = explain_model_error(model, inputs, error)
-            if explained is None:
-                raise
-            raise ValueError(f"on an evaluation batch, {explained}") from error
+            raise_explained(error, explain_model_error(model, inputs, error), "on an evaluation batch, ")
         if outputs is None:
             return None, None
         if self.classification is None:
@@ -153,10 +147,7 @@ class Objective:
         try:
             return self.loss_fn(outputs, target)
         except (RuntimeError, IndexError, ValueError) as error:
-            explained = explain_loss_error(outputs, target, error)
-            if explained is None:
-                raise
-            raise ValueError(explained) from error
+            raise_explained(error, explain_loss_error(outputs, target, error))
 
     def evaluation_metrics(self) -> dict[str, Metric]:
         """The metrics evaluated on val/test: accuracy for classification, then the user's."""
@@ -174,10 +165,8 @@ def call_model(model: torch.nn.Module, batch: Any) -> Any:
     try:
         return model(*args, **kwargs)
     except (RuntimeError, ValueError) as error:
-        explained = explain_model_error(model, args[0] if len(args) == 1 and not kwargs else batch, error)
-        if explained is None:
-            raise
-        raise ValueError(explained) from error
+        inputs = args[0] if len(args) == 1 and not kwargs else batch
+        raise_explained(error, explain_model_error(model, inputs, error))
     except TypeError:
         try:
             inspect.signature(model.forward).bind(*args, **kwargs)
