@@ -127,9 +127,10 @@ def test_apply_sets_lr_and_clipping_from_the_next_step(splits):
     assert dashboard.trainer.clip_norm == 0.5
 
 
-def test_apply_with_a_bad_value_shows_an_error_and_changes_nothing(splits):
+@pytest.mark.parametrize("lr", [-1.0, 1e6])  # 1e6: past the config's cap, which a live change also keeps
+def test_apply_with_a_bad_value_shows_an_error_and_changes_nothing(splits, lr):
     dashboard = Dashboard(_trainer(splits), monitor=False)
-    dashboard.lr_input.value = -1.0
+    dashboard.lr_input.value = lr
     dashboard.apply_button.click()
     assert "not applied" in dashboard.error.value and "lr must be" in dashboard.error.value
     assert not dashboard.control.at_step_boundary().any()
