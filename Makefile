@@ -2,7 +2,8 @@
 #   make lab    set up .venv, install the `workbench` kernelspec, open the tutorials in JupyterLab
 #   make test   set up .venv from the lock file and run every test and notebook (ruff, import layers,
 #               pytest, nbval, the built wheel in a venv of its own)
-#   (also: make install, lint, clean, lock, test-lowest, and screenshots: the README's tour pictures)
+#   (also: make install, lint, clean, lock, test-lowest, screenshots: the README's tour pictures, and
+#   gpu-wheels / gpu-check: the offline GPU check, below)
 #
 # make test installs exactly requirements/lock.txt (hashed); make lab resolves the project's ranges as a
 # user's pip would, unless LOCKED=1. make lock refreshes the lock files; make test-lowest installs the
@@ -62,7 +63,7 @@ export WORKBENCH_REQUIRE_TOOLCHAIN := 1
 export WORKBENCH_REQUIRE_MPIRUN := 1
 export WORKBENCH_REQUIRE_SLURM := 1
 
-.PHONY: lab test test-lowest install lint lock screenshots system clean
+.PHONY: lab test test-lowest install lint lock screenshots system clean gpu-wheels gpu-check
 
 comma := ,
 
@@ -139,6 +140,20 @@ test-lowest: $(LOWEST) $(CONSTRAINTS)
 	$(LOWEST_VENV)/bin/workbench kernel install --sys-prefix
 	$(LOWEST_VENV)/bin/python -m pip list --format freeze | grep -iE '^(plotly|anywidget|ipykernel|ipywidgets|jupyter.client|numba|numba.cuda|numpy)=='
 	$(LOWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(LOWEST_TESTS)
+
+# The GPU check (workbench/bench/gpu_check.py), for a machine with one NVIDIA GPU and no network.
+# Here (with an index): make gpu-wheels fills $(GPU_WHEELS) with every wheel workbench and the check need for
+# CPython 3.12 on manylinux, torch left out, and resolves them from the folder alone (it names a gap).
+# There: make gpu-check PYTHON=<the python with the machine's CUDA torch> installs from the folder without
+# an index and writes docs/gpu/<gpu>.md and .json (GPU_CHECK_ARGS: e.g. --budget 300, --out DIR, --plan).
+GPU_WHEELS ?= .gpu-wheels
+GPU_CHECK_ARGS ?=
+gpu-wheels: $(STAMP)
+	$(BIN)/python -m workbench.bench.gpu_wheels $(GPU_WHEELS)
+
+gpu-check:
+	$(PYTHON) -m pip install --quiet --no-index --find-links $(GPU_WHEELS) -e .
+	WORKBENCH_REQUIRE_TOOLCHAIN= $(PYTHON) -m workbench gpu-check $(GPU_CHECK_ARGS)
 
 # Debian packages the tests drive, each named by the program it provides; whatever is missing is installed in
 # one apt-get call. Chromium: the Playwright browser tests (never `playwright install`: no downloads at test

@@ -11,6 +11,27 @@ from workbench.data import load_dataset, split_dataset
 from workbench.parallel.launcher import free_port as _free_port
 
 REPO = Path(__file__).resolve().parent.parent
+GPU_TESTS = REPO / "tests" / "gpu"
+
+
+def pytest_collection_modifyitems(items):
+    """Every test under tests/gpu is marked ``gpu`` (``pytest -m gpu`` selects them); without a CUDA GPU
+    each skips with the reason, and `workbench gpu-check` runs them on a machine with one."""
+    import torch
+
+    reason = None if torch.cuda.is_available() else _no_gpu_reason(torch)
+    for item in items:
+        if GPU_TESTS in Path(item.path).parents:
+            item.add_marker(pytest.mark.gpu)
+        if reason is not None and item.get_closest_marker("gpu") is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _no_gpu_reason(torch) -> str:
+    build = " (a CPU-only torch build)" if torch.version.cuda is None else ""
+    return (
+        f"needs a CUDA GPU: torch.cuda.is_available() is False{build}; `workbench gpu-check` runs it on one"
+    )
 
 
 @pytest.fixture

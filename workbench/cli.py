@@ -96,6 +96,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     runs.set_defaults(command="runs", run=_runs)
 
+    gpu_check = commands.add_parser(
+        "gpu-check", help="check every GPU path on this machine's GPU and write the report (docs/gpu)"
+    )
+    from workbench.bench.gpu_check import add_arguments as add_gpu_check_arguments
+
+    add_gpu_check_arguments(gpu_check)
+    gpu_check.set_defaults(command="gpu-check", run=_gpu_check)
+
     bench = commands.add_parser("bench", help="benchmarks that print measured ratios")
     bench_commands = bench.add_subparsers(title="benchmarks", metavar="WHAT", required=True)
     trainer = bench_commands.add_parser("trainer", help="Trainer and Dashboard vs a hand-written loop")
@@ -260,6 +268,12 @@ def _doctor(args: argparse.Namespace) -> int:
     else:
         print(report)
     return 0
+
+
+def _gpu_check(args: argparse.Namespace) -> int:
+    from workbench.bench.gpu_check import run
+
+    return run(args)
 
 
 def _runs(args: argparse.Namespace) -> int:

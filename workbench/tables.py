@@ -24,3 +24,19 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, capt
     )
     cap = f"<caption style='text-align:left'><b>{html.escape(caption)}</b></caption>" if caption else ""
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub-flavoured Markdown table (``|`` inside a cell escaped).
+
+    Example:
+        >>> print(markdown_table(["a", "b"], [[1, "x|y"]]))
+        | a | b |
+        | --- | --- |
+        | 1 | x\\|y |
+    """
+
+    def line(cells: Sequence[object]) -> str:
+        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
+
+    return "\n".join([line(headers), line(["---"] * len(headers)), *(line(row) for row in rows)])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from workbench.devices import device_report
 from workbench.devices.toolchain import PACKAGES, TOOLCHAIN_EXTRA, ToolchainStatus, toolchain_status
 
@@ -51,3 +53,28 @@ def test_this_machine_has_what_make_test_installs():
     status = toolchain_status()
     assert set(status.packages) == set(PACKAGES) and set(status.tools) == {"ptxas", "nvdisasm"}
     assert status.complete == (status.missing == [])
+
+
+@pytest.mark.parametrize(
+    ("ptx", "driver_cuda", "verdict"),
+    [
+        ("9.5", "13.0", "pip install 'nvidia-nvvm==13.0.*'"),  # the pip NVVM 13.5 on a driver 580
+        ("9.0", "13.0", None),
+        ("9.0", "13.2", None),
+        ("8.8", "12.9", None),
+        ("8.7", "12.6", "pip install 'nvidia-nvvm==12.6.*'"),  # 12.6 kept PTX 8.5
+        ("8.5", "12.6", None),
+        ("8.4", "12.4", None),
+        ("9.0", "12.4", "loads PTX up to 8.4"),
+        (None, "12.4", None),
+        ("9.5", None, None),
+    ],
+)
+def test_the_ptx_numba_emits_against_what_the_driver_loads(ptx, driver_cuda, verdict):
+    from workbench.devices.toolchain import ptx_driver_problem
+
+    problem = ptx_driver_problem(ptx, driver_cuda)
+    if verdict is None:
+        assert problem is None
+    else:
+        assert verdict in problem and "kernels fail to load" in problem

@@ -82,3 +82,15 @@ def test_clip_grad_value_matches_torch_and_its_spec(assert_close, device):
 def test_bad_arguments_are_named(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_clipping_without_asking_for_the_norm_never_reads_it_back(device, monkeypatch):
+    from workbench.kernels import clip
+
+    def no_reads(buffer):
+        raise AssertionError("the norm was read back (a host sync on a GPU)")
+
+    monkeypatch.setattr(clip, "read_scalar", no_reads)
+    grads = [torch.full((5,), 3.0, device=device), torch.full((3,), 4.0, device=device)]
+    assert clip.clip_grad_norm(grads, 1.0, return_norm=False) is None
+    assert abs(float(torch.cat(grads).norm()) - 1.0) < 1e-5

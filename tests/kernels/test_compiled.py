@@ -96,3 +96,36 @@ def test_a_report_compiled_once_is_kept_and_read_back(tmp_path, monkeypatch):
     kept.write_text(json.dumps(altered))
     again = static_reports(archs=("sm_90",), kernels=("sum",))
     assert first[0]["registers"] < 254 and again[0]["registers"] == 254
+
+
+NUMPY_2_5 = """
+import os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+import numpy as np
+np.__dict__.pop("row_stack", None)  # numpy 2.5 removed it; numba-cuda 0.30 registers it when typing
+assert not hasattr(np, "row_stack")
+if sys.argv[1] == "numba alone":
+    from numba import cuda
+
+    def probe(x):
+        x[0] = 1.0
+
+    cuda.compile_ptx(probe, "void(float32[:])")
+else:
+    from workbench.kernels.reduce import gpu_targets
+    from workbench.kernels.static import target_ptx
+
+    assert ".version" in target_ptx(gpu_targets()[0])
+print("compiled")
+"""
+
+
+def test_kernels_compile_on_numpy_2_5_which_numba_cuda_0_30_alone_cannot():
+    def compile_in_child(how):
+        return subprocess.run(
+            [sys.executable, "-c", NUMPY_2_5, how], capture_output=True, text=True, timeout=300
+        )
+
+    alone, ours = compile_in_child("numba alone"), compile_in_child("workbench")
+    assert alone.returncode != 0 and "has no attribute 'row_stack'" in alone.stderr  # the bug, still there
+    assert ours.returncode == 0 and ours.stdout.strip() == "compiled", ours.stderr[-2000:]

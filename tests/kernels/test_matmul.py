@@ -100,3 +100,18 @@ def test_register_blocks_beyond_256_threads_are_refused():
     a = np.ones((2, 2), np.float32)
     with pytest.raises(ValueError, match=r"block=32 gives 1024 threads.* use block ≤ 16"):
         matmul(a, a, method="register", block=32, per_thread=1)
+
+
+def test_a_generated_kernel_is_written_once_and_imported_from_its_file(tmp_path, monkeypatch):
+    """The file numba's disk cache is keyed on keeps its time stamp when a later process asks again."""
+    from workbench.kernels import register_tile
+
+    monkeypatch.setenv(register_tile.CACHE_VARIABLE, str(tmp_path))
+    source = register_tile._HEADER + register_tile.register_source(False, True, 2, 2)
+    first = register_tile._source_module(source)
+    (path,) = tmp_path.glob("register_matmul_*.py")
+    stamp = path.stat().st_mtime_ns
+    second = register_tile._source_module(source)
+    assert path.stat().st_mtime_ns == stamp and path.read_text() == source
+    assert callable(first.register) and callable(second.register)
+    assert register_tile.kernel_cache_folder() == tmp_path

@@ -136,3 +136,13 @@ def test_a_nan_logit_makes_the_loss_nan(device, threads):
     logits[1, 3] = torch.nan
     loss, _ = softmax_cross_entropy(logits, targets, threads=threads)
     assert torch.isnan(loss)
+
+
+def test_a_target_the_host_did_not_check_makes_the_loss_nan_not_a_bad_read(device, monkeypatch):
+    """CUDA targets are checked in the kernel (no host sync): one outside [0, C) gives NaN, reads nothing."""
+    from workbench.kernels import softmax_xent
+
+    monkeypatch.setattr(softmax_xent, "_target_range", lambda t: (0, 0))  # as if unchecked on the host
+    logits = torch.zeros(2, 3, device=device)
+    loss, _ = softmax_cross_entropy(logits, torch.tensor([1, 7], device=device))
+    assert torch.isnan(loss.cpu())

@@ -98,7 +98,9 @@ def single(name: str) -> tuple[Recorder, dict, object]:
     c = case(name)
     recorder = Recorder()
     model = c.model()
-    result = Trainer(model, c.loss_fn, c.splits, c.config, callbacks=[recorder]).fit()
+    # on the CPU, as the gloo ranks train (on a GPU machine the Trainer would pick the GPU)
+    config = c.config.replace(device="cpu")
+    result = Trainer(model, c.loss_fn, c.splits, config, callbacks=[recorder]).fit()
     return recorder, model.state_dict(), result
 
 

@@ -80,6 +80,26 @@ def choose_numba_backend(
     return NumbaBackend(True, f"auto: no CUDA driver found; {SIMULATOR_VARIABLE}=0 forces the GPU")
 
 
+def restore_numpy_row_stack() -> bool:
+    """Give numpy 2.5+ back ``np.row_stack`` (an alias of ``np.vstack`` it removed); True if it was missing.
+
+    numba-cuda 0.30 registers its CUDA implementation of ``np.row_stack`` when it first types a kernel and
+    fails on numpy 2.5 ("module 'numpy' has no attribute 'row_stack'": every kernel, on every GPU). numba
+    0.68 itself checks first; until numba-cuda does, the alias it expects is put back before it loads.
+
+    Example:
+        >>> import numpy as np
+        >>> restore_numpy_row_stack() in (True, False) and np.row_stack is not None
+        True
+    """
+    import numpy as np
+
+    if hasattr(np, "row_stack"):
+        return False
+    np.row_stack = np.vstack
+    return True
+
+
 def configure_numba(simulator: bool | None = None) -> NumbaBackend:
     """Apply the backend choice before ``numba.cuda`` is imported, and return it.
 
@@ -107,6 +127,7 @@ def configure_numba(simulator: bool | None = None) -> NumbaBackend:
             )
         return backend
     os.environ[SIMULATOR_VARIABLE] = "1" if backend.simulator else "0"
+    restore_numpy_row_stack()
     return backend
 
 
@@ -121,6 +142,8 @@ class CudaStatus:
     numba_backend: NumbaBackend
     numba_devices: tuple[str, ...]
     error: str | None = None
+    ptx_version: str | None = None  # the PTX ISA numba emits here (probed on a GPU only)
+    kernel_error: str | None = None  # why a one-line numba kernel failed to compile or run, if it did
 
     @property
     def torch_available(self) -> bool:
@@ -138,6 +161,8 @@ import torch
 torch_devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 numba_devices, numba_error = [], None
 try:
+    from workbench.devices.cuda import restore_numpy_row_stack
+    restore_numpy_row_stack()
     from numba import cuda
     if cuda.is_available():
         names = [device.name for device in cuda.list_devices()]
@@ -146,7 +171,25 @@ try:
         numba_error = str(cuda.cuda_error())
 except Exception as error:  # reported, not raised: the probe must always answer
     numba_error = f"{type(error).__name__}: {error}"
-print(json.dumps({"torch": torch_devices, "numba": numba_devices, "numba_error": numba_error}))
+ptx_version = kernel_error = None
+if numba_devices:  # compile a one-line kernel (the PTX version numba's NVVM emits) and run it
+    try:
+        import re
+        import numpy as np
+
+        def probe(x):
+            x[0] = 1.0
+
+        ptx, _ = cuda.compile_ptx(probe, "void(float32[:])")
+        found = re.search(r"^\\.version (\\d+\\.\\d+)", ptx, re.M)
+        ptx_version = found.group(1) if found else None
+        array = cuda.device_array(1, np.float32)
+        cuda.jit(probe)[1, 1](array)
+        cuda.synchronize()
+    except Exception as error:
+        kernel_error = f"{type(error).__name__}: {error}"[:400]
+print(json.dumps({"torch": torch_devices, "numba": numba_devices, "numba_error": numba_error,
+                  "ptx_version": ptx_version, "kernel_error": kernel_error}))
 """
 
 
@@ -180,6 +223,8 @@ def cuda_status(*, timeout: float = 120.0) -> CudaStatus:
         torch_devices=tuple(probe["torch"]),
         numba_devices=() if backend.simulator else tuple(probe["numba"]),  # not the simulator's fakes
         error=_joined(problem, f"numba: {numba_error}" if numba_error else None),
+        ptx_version=probe.get("ptx_version"),
+        kernel_error=probe.get("kernel_error"),
         **base,
     )
 

@@ -17,7 +17,13 @@ from types import ModuleType
 from workbench.devices.cpu import CpuInfo, allocator, cpu_info
 from workbench.devices.cuda import CudaStatus, cuda_status
 from workbench.devices.nvml import GpuInfo, NvmlReport, nvml_report
-from workbench.devices.toolchain import PACKAGES, TOOLCHAIN_EXTRA, ToolchainStatus, toolchain_status
+from workbench.devices.toolchain import (
+    PACKAGES,
+    TOOLCHAIN_EXTRA,
+    ToolchainStatus,
+    ptx_driver_problem,
+    toolchain_status,
+)
 from workbench.tables import html_table, text_table
 
 REPORTED_PACKAGES = ("workbench", "torch", "numba", "numba-cuda", "nvidia-ml-py", "jupyterlab", "ipywidgets")
@@ -102,6 +108,12 @@ class DeviceReport:
         ]
         if cuda.numba_devices:
             rows.append(("numba devices", ", ".join(cuda.numba_devices)))
+        if cuda.ptx_version:
+            rows.append(("numba PTX", f"version {cuda.ptx_version}"))
+        if cuda.numba_devices:
+            rows.append(
+                ("numba kernel", f"failed: {cuda.kernel_error}" if cuda.kernel_error else "compiled and ran")
+            )
         if cuda.error:
             rows.append(("problem", cuda.error))
         return rows
@@ -116,7 +128,11 @@ class DeviceReport:
         rows += [(f"{tool} path", path or "not found") for tool, path in toolchain.tools.items()]
         if toolchain.missing:
             rows.append(("fix", f"{', '.join(toolchain.missing)} missing: {TOOLCHAIN_EXTRA}"))
-        note = toolchain.driver_note(self.nvml.cuda_driver_version if self.nvml.available else None)
+        driver_cuda = self.nvml.cuda_driver_version if self.nvml.available else None
+        if self.cuda.ptx_version:  # what numba really emits against what the driver loads
+            note = ptx_driver_problem(self.cuda.ptx_version, driver_cuda)
+        else:
+            note = toolchain.driver_note(driver_cuda)
         if note:
             rows.append(("problem", note))
         return rows

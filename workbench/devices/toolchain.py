@@ -72,6 +72,59 @@ class ToolchainStatus:
         )
 
 
+# CUDA releases whose PTX ISA is not (major - 4).(minor): 12.6 kept 8.5, 12.8 and 12.9 brought 8.7 and 8.8
+_PTX_EXCEPTIONS = {(12, 6): (8, 5), (12, 8): (8, 7), (12, 9): (8, 8)}
+
+
+def _version(text: str) -> tuple[int, int]:
+    major, minor = [*text.split("."), "0"][:2]
+    return int(major), int(minor)
+
+
+def newest_ptx_for_cuda(cuda: str) -> str:
+    """The newest PTX ISA version a CUDA release (its compiler, or a driver for it) handles.
+
+    Example:
+        >>> newest_ptx_for_cuda("13.0"), newest_ptx_for_cuda("12.4"), newest_ptx_for_cuda("12.6")
+        ('9.0', '8.4', '8.5')
+    """
+    major, minor = _version(cuda)
+    ptx = _PTX_EXCEPTIONS.get((major, minor), (major - 4, minor))
+    return f"{ptx[0]}.{ptx[1]}"
+
+
+def ptx_driver_problem(ptx: str | None, driver_cuda: str | None) -> str | None:
+    """Why a driver for CUDA `driver_cuda` cannot load the PTX version `ptx` numba emits, with the fix;
+    None when it can (or when either is unknown).
+
+    A driver JIT-compiles PTX up to its own CUDA's ISA and refuses newer PTX at load time
+    (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), so the NVVM numba compiles with must not be newer than the driver.
+
+    Example:
+        >>> problem = ptx_driver_problem("9.5", "13.0")
+        >>> problem.split(": ")[0]
+        'numba emits PTX 9.5 (NVVM of CUDA 13.5) but the driver runs CUDA 13.0, which loads PTX up to 9.0'
+        >>> problem.split("Fix: ")[1]
+        "pip install 'nvidia-nvvm==13.0.*' (NVVM of the driver's CUDA), or a driver for CUDA 13.5"
+        >>> ptx_driver_problem("9.0", "13.0") is None
+        True
+    """
+    if ptx is None or driver_cuda is None:
+        return None
+    newest = newest_ptx_for_cuda(driver_cuda)
+    if _version(ptx) <= _version(newest):
+        return None
+    driver_major, driver_minor = _version(driver_cuda)
+    ptx_major, ptx_minor = _version(ptx)
+    emitting_cuda = f"{ptx_major + 4}.{ptx_minor}"
+    return (
+        f"numba emits PTX {ptx} (NVVM of CUDA {emitting_cuda}) but the driver runs CUDA {driver_cuda}, which "
+        f"loads PTX up to {newest}: kernels fail to load. Fix: pip install "
+        f"'nvidia-nvvm=={driver_major}.{driver_minor}.*' (NVVM of the driver's CUDA), or a driver for CUDA "
+        f"{emitting_cuda}"
+    )
+
+
 def toolchain_status() -> ToolchainStatus:
     """What of the toolchain is installed (package metadata) and found (cuda.pathfinder; loads nothing)."""
     packages = {}

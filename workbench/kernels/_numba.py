@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from workbench._validate import check_int
-from workbench.devices.cuda import SIMULATOR_VARIABLE, configure_numba
+from workbench.devices.cuda import SIMULATOR_VARIABLE, configure_numba, restore_numpy_row_stack
 from workbench.kernels._simulator import emulate_warp_shuffles, guard_shared_arrays
 
 FLOAT32 = ("float32",)
@@ -51,6 +51,7 @@ def load_cuda() -> Any:
     """
     if "numba.cuda" not in sys.modules:
         configure_numba()
+    restore_numpy_row_stack()  # also when numba.cuda was imported before us (numpy 2.5, numba-cuda 0.30)
     from numba import cuda
 
     if cuda.config.ENABLE_CUDASIM:

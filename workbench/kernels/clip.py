@@ -63,8 +63,13 @@ def clip_grad_value_spec(grads: Iterable[Any], clip_value: float) -> list[np.nda
 
 
 def clip_grad_norm(
-    grads: Any, max_norm: float, *, threads: int | None = None, blocks: int | None = None
-) -> float:
+    grads: Any,
+    max_norm: float,
+    *,
+    threads: int | None = None,
+    blocks: int | None = None,
+    return_norm: bool = True,
+) -> float | None:
     """Scale `grads` in place so that their global L2 norm is at most `max_norm`; return the norm before.
 
     Args:
@@ -72,9 +77,11 @@ def clip_grad_norm(
             ``[p.grad for p in model.parameters()]``.
         max_norm: the largest norm kept, ≥ 0.
         threads, blocks: the launch of each kernel (defaults as `workbench.kernels.reduce.sum`).
+        return_norm: False: return None and never wait for the GPU (the norm stays on the device; reading
+            it is the one host sync here).
 
     Returns:
-        The total norm before clipping, a Python float (float32 precision).
+        The total norm before clipping, a Python float (float32 precision); None when not `return_norm`.
 
     Raises:
         ValueError: `max_norm` is negative or not a number, `grads` is empty, or a buffer is bad.
@@ -106,6 +113,8 @@ def clip_grad_norm(
             np.float32(max_norm),
         )
         buffer.result()
+    if not return_norm:
+        return None
     return float(np.sqrt(np.float32(read_scalar(total))))
 
 

@@ -23,7 +23,6 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-import torch
 
 from workbench.kernels._numba import (
     ALL_LANES,
@@ -194,12 +193,19 @@ def backward(
 
 
 def check_operands(logits: Any, targets: Any) -> tuple[Buffer, Buffer]:
-    """Checked (logits, targets) buffers; targets are read on the host and must lie in [0, C)."""
+    """Checked (logits, targets) buffers; targets must lie in [0, C).
+
+    Targets in CUDA tensors are not read on the host (that would wait for the GPU at every step): the
+    kernels check them there, and a target outside [0, C) makes the loss NaN (the Trainer stops on it).
+    Elsewhere (NumPy, CPU tensors on the simulator, device arrays) they are checked here, the value named.
+    """
     x = as_buffer(logits, "logits", ndim=2)
     t = as_buffer(targets, "targets", dtypes=INDEX_DTYPES, ndim=1)
     n, c = x.shape
     if t.shape != (n,):
         raise ValueError(f"targets has shape {t.shape} but logits has shape {x.shape}; targets needs ({n},)")
+    if t.kind == "torch" and t.host.device.type == "cuda":
+        return x, t
     low, high = _target_range(t)
     if low < 0 or high >= c:
         bad = low if low < 0 else high
@@ -211,9 +217,9 @@ def check_operands(logits: Any, targets: Any) -> tuple[Buffer, Buffer]:
 
 def _target_range(t: Buffer) -> tuple[int, int]:
     if t.kind == "torch":
-        extremes = torch.aminmax(t.host.detach())
-        return int(extremes.min), int(extremes.max)
-    values = t.host if t.kind == "numpy" else t.device.copy_to_host()
+        values = t.host.detach().numpy()
+    else:
+        values = t.host if t.kind == "numpy" else t.device.copy_to_host()
     return int(values.min()), int(values.max())
 
 
@@ -284,7 +290,10 @@ def _forward_kernel(threads: int) -> Any:
         if tid == 0:  # a row of only -inf: s is 0 and the loss NaN, as torch's (lse -inf, as log(0) on a GPU)
             row_lse = m if s == float32(0) else m + math.log(s)
             lse[row] = row_lse
-            cuda.atomic.add(loss, 0, (row_lse - logits[row, targets[row]]) * inv_n)
+            target = targets[row]
+            # a target outside [0, C) (unchecked on the host for CUDA tensors) makes the loss NaN
+            picked = logits[row, target] if 0 <= target < classes else float32(math.nan)
+            cuda.atomic.add(loss, 0, (row_lse - picked) * inv_n)
 
     return forward
 

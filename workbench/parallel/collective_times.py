@@ -8,6 +8,10 @@ rank waits the whole call, so it is all exposed communication, none overlapped. 
 enqueue NCCL work on FSDP's own streams (their host time is not the communication's), so the strategy keeps
 torch's defaults there and the breakdown says the collectives stay inside forward and backward.
 
+torch 2.11 has neither ``*_single`` function (its FSDP calls ``dist.all_gather_into_tensor`` and
+``dist.reduce_scatter_tensor``, the same collectives): `all_gather_call` and `reduce_scatter_call` pick
+whichever this torch has.
+
 Example:
     >>> times = CollectiveTimes()
     >>> times.add(0.002); times.add(0.001)
@@ -23,6 +27,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+
+def all_gather_call() -> Any:
+    """``dist.all_gather_single`` where torch has it (2.12+), else ``dist.all_gather_into_tensor`` (2.11)."""
+    return getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def reduce_scatter_call() -> Any:
+    """``dist.reduce_scatter_single`` where torch has it (2.12+), else ``reduce_scatter_tensor`` (2.11)."""
+    return getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 class CollectiveTimes:
@@ -66,7 +80,7 @@ class TimedAllGather(_TimedComm):
         self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, async_op: bool = False
     ) -> Any:
         return self._timed(
-            lambda: dist.all_gather_single(output_tensor, input_tensor, group=group, async_op=async_op),
+            lambda: all_gather_call()(output_tensor, input_tensor, group=group, async_op=async_op),
             async_op,
         )
 
@@ -83,8 +97,6 @@ class TimedReduceScatter(_TimedComm):
         async_op: bool = False,
     ) -> Any:
         return self._timed(
-            lambda: dist.reduce_scatter_single(
-                output=output_tensor, input=input_tensor, op=op, group=group, async_op=async_op
-            ),
+            lambda: reduce_scatter_call()(output_tensor, input_tensor, op=op, group=group, async_op=async_op),
             async_op,
         )

@@ -1,0 +1,134 @@
+"""The Trainer on CUDA as a user runs it: fp32, bf16 and fp16 with loss scaling against the CPU run, the
+device-resident dataset, pinned prefetch on a side stream, torch.compile, `launch` of 2 ranks on one GPU,
+NVML telemetry."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional
+from torch.utils.data import DataLoader, TensorDataset
+
+from workbench.data import Splits, device_feed, load_dataset, split_dataset
+from workbench.monitor.readers import NvmlReader
+from workbench.parallel import launch
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return split_dataset(load_dataset("digits"), (0.8, 0.1, 0.1), seed=0)
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def _fit(splits, device: str, precision: str = "fp32", **changes):
+    config = TrainConfig(
+        epochs=4, batch_size=64, optimizer=OptimizerConfig("adam", lr=3e-3), precision=precision,
+        device=device, seed=0, **changes,
+    )  # fmt: skip
+    trainer = Trainer(_mlp(), functional.cross_entropy, splits, config)
+    return trainer, trainer.fit()
+
+
+@pytest.fixture(scope="module")
+def cpu_run(digits):
+    return _fit(digits, "cpu")[1]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_trainer_on_cuda_matches_the_cpu_run(digits, cpu_run, precision):
+    trainer, result = _fit(digits, "cuda", precision)
+    assert trainer.strategy.device.type == "cuda"
+    assert (trainer.scaler is not None) == (precision == "fp16")
+    cpu_loss, gpu_loss = cpu_run.metrics["val"]["loss"], result.metrics["val"]["loss"]
+    tolerance = 0.02 if precision == "fp32" else 0.1  # autocast rounds the matmuls to 8 or 11 bits
+    assert abs(gpu_loss - cpu_loss) <= tolerance * cpu_loss + 0.01, (precision, gpu_loss, cpu_loss)
+    assert result.metrics["test"]["accuracy"] > 0.9
+
+
+def test_an_in_memory_dataset_moves_to_the_gpu_once(digits):
+    trainer, _ = _fit(digits, "cuda")
+    assert trainer._loaders["train"].dataset.features.device.type == "cuda"
+
+
+def test_a_users_dataloader_is_prefetched_from_pinned_memory_on_a_side_stream(digits, monkeypatch):
+    sides, on_gpu = [], []
+    real_send = device_feed._send
+
+    def send(batch, device, side):
+        moved = real_send(batch, device, side)
+        sides.append(side.cuda_stream)
+        on_gpu.append(all(t.device.type == "cuda" for t in moved[0]))
+        return moved
+
+    monkeypatch.setattr(device_feed, "_send", send)
+    train = digits.train
+    loader = DataLoader(TensorDataset(train.features, train.targets), batch_size=64, shuffle=True)
+    _, result = _fit(Splits(loader, val=digits.val, test=digits.test), "cuda")
+    assert sides and torch.cuda.default_stream().cuda_stream not in sides  # copies on a side stream
+    assert on_gpu and all(on_gpu)
+    assert result.metrics["test"]["accuracy"] > 0.9
+
+
+def test_torch_compile_trains_on_cuda(digits):
+    trainer, result = _fit(digits, "cuda", compile="default")
+    assert trainer.compile_report, "no compile report"
+    assert result.metrics["test"]["accuracy"] > 0.9
+
+
+def _rank_device(strategy):
+    return {"rank": strategy.rank, "device": str(strategy.device), "backend": strategy.backend}
+
+
+def test_two_ranks_on_one_gpu_run_on_gloo_or_are_refused_with_the_fix():
+    if torch.cuda.device_count() != 1:
+        pytest.skip("checks the one-GPU case")
+    with pytest.raises(ValueError, match=r"nccl needs one per process; use nprocs ≤ 1, or backend='gloo'"):
+        launch(_rank_device, 2, backend="nccl")
+    assert launch(_rank_device, 2)["backend"] == "gloo"
+
+
+def test_nvml_reads_this_gpu():
+    reader = NvmlReader()
+    try:
+        readings = reader.read()
+    finally:
+        reader.close()
+    assert readings, reader.unavailable_reason
+    first = readings[0]
+    name = torch.cuda.get_device_name(0)
+    assert first["name"] == name
+    assert 0 < first["memory_used"] <= first["memory_total"]
+
+
+def test_the_memory_estimate_of_a_cuda_step_holds_within_its_band():
+    from tests.estimate.test_peak_matrix import CASES, DTYPES, _estimates
+    from workbench.estimate.measure import measure_peak
+    from workbench.train.optim import build_optimizer
+
+    misses = []
+    for name, (build, batch_of, loss, optimizer, momentum, batch, precision) in CASES.items():
+        torch.manual_seed(0)
+        model = build()
+        x, y = batch_of(batch)
+        traced, _ = _estimates(copy.deepcopy(model), (x, y), loss, optimizer, momentum, precision)
+        model = model.cuda()
+        optim = build_optimizer(model.parameters(), OptimizerConfig(optimizer, lr=1e-3, momentum=momentum))
+        real = measure_peak(
+            model, optim, loss, x.cuda(), y.cuda(), autocast_dtype=DTYPES[precision], proxy=False
+        )
+        error = traced.total / real.peak - 1
+        mib = f"estimate {traced.total / 2**20:.2f} MiB, CUDA peak {real.peak / 2**20:.2f} MiB"
+        print(f"{name}: {mib}, {error:+.1%}")
+        if abs(error) > traced.uncertainty:
+            misses.append(f"{name.split(',')[0]}: {mib} ({error:+.0%}, band ±{traced.uncertainty:.0%})")
+        del model, optim
+        torch.cuda.empty_cache()
+    assert not misses, "; ".join(misses)

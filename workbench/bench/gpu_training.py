@@ -1,0 +1,146 @@
+"""Training on a CUDA GPU, measured for `workbench gpu-check`: the Trainer against a hand-written loop,
+bf16 autocast against fp32, torch.compile against eager, on a character GPT at GPU size.
+
+The model: `models.transformer_lm` with d_model 512, 8 heads, 6 blocks, context 256 (19M parameters) on the
+"text" dataset, batch 32, fused AdamW, data resident on the GPU. Variants alternate within each repeat;
+each number is the median seconds per optimizer step over the repeats, with the range of the ratios.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from workbench import models
+from workbench.bench.gpu_report import Check, at_least, at_most, reported
+from workbench.data import Splits, load_dataset
+from workbench.devices.microbench import float32_matmul_precision
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
+
+CONTEXT, D_MODEL, HEADS, BLOCKS, BATCH = 256, 512, 8, 6, 32
+REPEATS = 3
+
+
+def _setup(samples: int, device: str, width: int) -> tuple[Splits, torch.nn.Module, TrainConfig]:
+    data = load_dataset("text", n_samples=samples, context=CONTEXT)
+    torch.manual_seed(0)
+    model = models.transformer_lm(data.num_classes, CONTEXT, d_model=width, n_heads=HEADS, n_layers=BLOCKS)
+    config = TrainConfig(
+        epochs=1, batch_size=BATCH, optimizer=OptimizerConfig("adamw", lr=3e-4), device=device, seed=0,
+    )  # fmt: skip
+    return Splits(data), model, config
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _per_step(fit: Callable[[], int]) -> float:
+    _synchronize()
+    started = time.perf_counter()
+    steps = fit()
+    _synchronize()
+    return (time.perf_counter() - started) / steps
+
+
+def _trainer_fit(trainer: Trainer) -> Callable[[], int]:
+    return lambda: trainer.fit().step
+
+
+def _alternate(variants: dict[str, Callable[[], int]]) -> dict[str, list[float]]:
+    for fit in variants.values():  # warm-up: allocator, cuBLAS handles, compilation
+        fit()
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(REPEATS):
+        for name, fit in variants.items():
+            seconds[name].append(_per_step(fit))
+    return seconds
+
+
+def _ratio(seconds: dict[str, list[float]], slow: str, fast: str) -> tuple[float, str]:
+    """median(slow) / median(fast), and the range of the repeat-by-repeat ratios with both medians."""
+    ratios = [s / f for s, f in zip(seconds[slow], seconds[fast], strict=True)]
+    median_slow, median_fast = statistics.median(seconds[slow]), statistics.median(seconds[fast])
+    milliseconds = f"{1e3 * median_slow:.2f} vs {1e3 * median_fast:.2f} ms/step"
+    detail = f"{milliseconds}, ratios {min(ratios):.2f}–{max(ratios):.2f}"
+    return median_slow / median_fast, detail
+
+
+def _hand_loop(
+    model: torch.nn.Module, splits: Splits, config: TrainConfig, dtype: torch.dtype
+) -> Callable[[], int]:
+    """The loop a careful user writes: data on the GPU, a shuffled index per epoch, autocast, fused AdamW,
+    the loss summed on the device (read once at the end)."""
+    device = torch.device(config.device)
+    model = model.to(device)
+    features, targets = splits.train.features.to(device), splits.train.targets.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.optimizer.lr, fused=True)
+
+    def fit() -> int:
+        order = torch.randperm(len(features), device=device)
+        total = torch.zeros((), device=device)
+        steps = 0
+        for start in range(0, len(order), config.batch_size):
+            index = order[start : start + config.batch_size]
+            with torch.autocast(device.type, dtype=dtype):
+                loss = models.next_token_loss(model(features[index]), targets[index])
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            total += loss.detach()
+            steps += 1
+        total.item()
+        return steps
+
+    return fit
+
+
+def trainer_against_hand_loop(samples: int = 2048, device: str = "cuda", width: int = D_MODEL) -> list[Check]:
+    """The Trainer (bf16, fused AdamW) against `_hand_loop` with the same, and the step-time breakdown."""
+    splits, model, config = _setup(samples, device, width)
+    config = config.replace(precision="bf16")
+    trainer = Trainer(copy.deepcopy(model), models.next_token_loss, splits, config)
+    untimed = Trainer(
+        copy.deepcopy(model), models.next_token_loss, splits, config.replace(time_breakdown=False)
+    )
+    hand = _hand_loop(copy.deepcopy(model), splits, config, torch.bfloat16)
+    seconds = _alternate({"trainer": _trainer_fit(trainer), "untimed": _trainer_fit(untimed), "hand": hand})
+    ratio, detail = _ratio(seconds, "trainer", "hand")
+    breakdown, breakdown_detail = _ratio(seconds, "trainer", "untimed")
+    size = f"GPT d{width} L{BLOCKS} T{CONTEXT} b{BATCH} bf16"
+    return [
+        at_most(f"Trainer step, {size}", ratio, "× hand loop", "hand loop, same AdamW, bf16", 1.02, detail),
+        at_most(f"step-time breakdown on, {size}", breakdown, "× off", "Trainer, time_breakdown=False", 1.03,
+                breakdown_detail),
+    ]  # fmt: skip
+
+
+def precision_and_compile(samples: int = 2048, device: str = "cuda", width: int = D_MODEL) -> list[Check]:
+    """fp32 (TF32 off) against bf16 autocast, and torch.compile (default mode) against eager (Trainer)."""
+    splits, model, config = _setup(samples, device, width)
+    checks: list[Check] = []
+    with float32_matmul_precision("highest"):
+        fp32 = Trainer(copy.deepcopy(model), models.next_token_loss, splits, config.replace(precision="fp32"))
+        bf16 = Trainer(copy.deepcopy(model), models.next_token_loss, splits, config.replace(precision="bf16"))
+        seconds = _alternate({"fp32": _trainer_fit(fp32), "bf16": _trainer_fit(bf16)})
+    speedup, detail = _ratio(seconds, "fp32", "bf16")
+    size = f"GPT d{width} L{BLOCKS} T{CONTEXT} b{BATCH}"
+    checks.append(at_least(f"bf16 autocast, {size}", speedup, "× fp32", "fp32, TF32 off", 2.0, detail))
+    compiled_config = config.replace(precision="bf16", compile="default")
+    compiled = Trainer(copy.deepcopy(model), models.next_token_loss, splits, compiled_config)
+    started = time.perf_counter()
+    compiled.fit()  # compiles
+    first_fit = time.perf_counter() - started
+    report = compiled.compile_report or {}
+    seconds = _alternate({"eager": _trainer_fit(bf16), "compiled": _trainer_fit(compiled)})
+    speedup, detail = _ratio(seconds, "eager", "compiled")
+    checks.append(at_least(f"torch.compile, {size} bf16", speedup, "× eager", "eager, bf16", 1.3, detail))
+    counts = f"{report.get('compiles')} compiles, {report.get('graph_breaks')} graph breaks"
+    detail = f"first fit {first_fit:.1f} s; {counts}"
+    checks.append(reported("torch.compile: compiling", float(report.get("seconds", 0.0)), "s", "", detail))
+    return checks
