@@ -18,3 +18,20 @@ def test_a_batch_sliced_from_a_dataset_counts_as_the_batch_alone():
     view, copy = peaks
     batch_and_state = 8 * 17 * 4 + 2 * 17 * 4  # the batch, the parameters and their momentum
     assert view.before == copy.before == batch_and_state
+
+
+def test_a_peak_does_not_drift_with_memory_an_earlier_profile_left_allocated():
+    """The profiler's "Total Allocated" counts what earlier profiles allocated and kept: the peak is taken
+    relative to the counter where this profile starts."""
+    from workbench.estimate.measure import allocator_peak
+
+    cpu = torch.device("cpu")
+
+    def step():
+        return torch.ones(2000) * 2  # 16 kB alive together
+
+    first = allocator_peak(step, [], cpu)
+    kept = []
+    allocator_peak(lambda: kept.append(torch.zeros(10 * 2**20 // 4)), [], cpu)  # 10 MiB, still alive
+    second = allocator_peak(step, [], cpu)
+    assert first.during == second.during and 16_000 <= first.during < 17_000

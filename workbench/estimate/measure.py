@@ -194,12 +194,14 @@ def allocator_peak(step: Callable[[], object], alive: list[torch.Tensor], device
         trace = Path(folder) / "trace.json"
         recorded.export_chrome_trace(str(trace))
         events = json.loads(trace.read_text())["traceEvents"]
-    totals = [
-        e["args"]["Total Allocated"]
-        for e in events
-        if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0
+    cpu_events = [
+        e for e in events if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == 0
     ]
-    during = max([0, *totals])
+    memory = [e["args"] for e in sorted(cpu_events, key=lambda e: e.get("ts", 0))]
+    # "Total Allocated" runs on across profiles (what earlier ones allocated and kept counts too): the peak
+    # is taken relative to the total just before this profile's first event
+    start = memory[0]["Total Allocated"] - memory[0]["Bytes"] if memory else 0
+    during = max([0, *(args["Total Allocated"] - start for args in memory)])
     return PeakMemory(before + during, before, during, "torch.profiler memory events (CPU allocator)")
 
 
