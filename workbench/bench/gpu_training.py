@@ -1,5 +1,6 @@
-"""Training on a CUDA GPU, measured for `workbench gpu-check`: the Trainer against a hand-written loop,
-bf16 autocast against fp32, torch.compile against eager, on a character GPT at GPU size.
+"""Training on a CUDA GPU, measured for `workbench gpu-check`: the Trainer against a hand-written loop (and
+with a live Dashboard), bf16 autocast against fp32, torch.compile against eager, on a character GPT at GPU
+size; and the input paths: a device-resident dataset against pageable copies, a DataLoader's data wait.
 
 The model: `models.transformer_lm` with d_model 512, 8 heads, 6 blocks, context 256 (19M parameters) on the
 "text" dataset, batch 32, fused AdamW, data resident on the GPU. Variants alternate within each repeat;
@@ -14,12 +15,14 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from workbench import models
 from workbench.bench.gpu_report import Check, at_least, at_most, reported
 from workbench.data import Splits, load_dataset
 from workbench.devices.microbench import float32_matmul_precision
 from workbench.train import OptimizerConfig, TrainConfig, Trainer
+from workbench.train.events import Callback, Event
 
 CONTEXT, D_MODEL, HEADS, BLOCKS, BATCH = 256, 512, 8, 6, 32
 REPEATS = 3
@@ -143,4 +146,89 @@ def precision_and_compile(samples: int = 2048, device: str = "cuda", width: int 
     counts = f"{report.get('compiles')} compiles, {report.get('graph_breaks')} graph breaks"
     detail = f"first fit {first_fit:.1f} s; {counts}"
     checks.append(reported("torch.compile: compiling", float(report.get("seconds", 0.0)), "s", "", detail))
+    return checks
+
+
+def dashboard_overhead(samples: int = 2048, device: str = "cuda", width: int = D_MODEL) -> list[Check]:
+    """The Trainer with a live `Dashboard` attached (`Dashboard.fit`) against the Trainer alone."""
+    from workbench.widgets.dashboard import Dashboard
+
+    splits, model, config = _setup(samples, device, width)
+    config = config.replace(precision="bf16")
+    alone = Trainer(copy.deepcopy(model), models.next_token_loss, splits, config)
+    watched = Trainer(copy.deepcopy(model), models.next_token_loss, splits, config)
+    dashboard = Dashboard(watched)
+    try:
+        seconds = _alternate({"dashboard": lambda: dashboard.fit().step, "alone": _trainer_fit(alone)})
+    finally:
+        dashboard.close()
+    ratio, detail = _ratio(seconds, "dashboard", "alone")
+    size = f"GPT d{width} L{BLOCKS} T{CONTEXT} b{BATCH} bf16"
+    return [at_most(f"Trainer + Dashboard, {size}", ratio, "× Trainer", "Trainer alone", 1.02, detail)]
+
+
+class _DataWait(Callback):
+    """The share of each logged step's time spent waiting for the loader (the ``step_time`` event)."""
+
+    def __init__(self) -> None:
+        self.shares: list[float] = []
+
+    def on_step(self, metrics: Event) -> None:
+        phases = metrics.get("step_time")
+        if phases and phases.get("total"):
+            self.shares.append(phases["data"] / phases["total"])
+
+
+def input_paths(device: str = "cuda", epochs: int = 20) -> list[Check]:
+    """Digits epochs from a device-resident dataset against per-batch copies from pageable memory (the
+    same MLP steps, fused Adam), and a user's DataLoader through the Trainer's pinned prefetch: the share
+    of a logged step spent waiting for data."""
+    data = load_dataset("digits")
+    target = torch.device(device)
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 10),
+    ).to(target)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=target.type == "cuda")
+    pageable = (data.features.float(), data.targets)
+    resident = tuple(t.to(target) for t in pageable)
+
+    def epochs_from(features: torch.Tensor, targets: torch.Tensor) -> Callable[[], int]:
+        def fit() -> int:
+            steps = 0
+            for _ in range(epochs):
+                order = torch.randperm(len(features), device=features.device)
+                for start in range(0, len(order), 64):
+                    index = order[start : start + 64]
+                    x, y = features[index].to(target), targets[index].to(target)
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    steps += 1
+            return steps
+
+        return fit
+
+    seconds = _alternate({"pageable": epochs_from(*pageable), "resident": epochs_from(*resident)})
+    speedup, detail = _ratio(seconds, "pageable", "resident")
+    checks = [
+        at_least("digits epoch, device-resident data", speedup, "× pageable copies", "per-batch copies from "
+                 "pageable memory", 3.0, detail),
+    ]  # fmt: skip
+    images = load_dataset("synthetic_images", n_samples=4096, image_size=32, seed=0)
+    loader = DataLoader(TensorDataset(images.features, images.targets), batch_size=256, shuffle=True)
+    wait = _DataWait()
+    config = TrainConfig(epochs=2, batch_size=256, log_every=1, device=device, seed=0)
+    torch.manual_seed(0)
+    Trainer(
+        models.small_cnn(3, 10), torch.nn.functional.cross_entropy, Splits(loader), config, callbacks=[wait]
+    ).fit()
+    share = statistics.median(wait.shares[1:] or wait.shares)  # the first step also starts the loader
+    detail = f"median of {len(wait.shares)} logged steps, largest {max(wait.shares):.1%}"
+    checks.append(at_most("data wait, DataLoader + pinned prefetch", share, "of step time", "", 0.05, detail))
     return checks
