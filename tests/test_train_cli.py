@@ -250,7 +250,9 @@ def test_an_ipv6_master_addr_is_bracketed_in_the_printed_endpoint(capsys):
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "--rdzv-endpoint '[::1]:29500'" in printed
-    assert cli._endpoint_host("[::1]:29500") == "::1" and cli._endpoint_host("node0:29500") == "node0"
+    from workbench.cli.torchrun import endpoint_host
+
+    assert endpoint_host("[::1]:29500") == "::1" and endpoint_host("node0:29500") == "node0"
 
 
 def test_a_runs_dir_with_a_tilde_is_the_home_folder(tmp_path, monkeypatch):

@@ -56,8 +56,10 @@ def test_a_file_for_a_folder_and_a_package_without_its_notebooks_are_refused(tmp
 
 
 def test_the_command_says_how_to_get_jupyterlab_and_the_kernel_when_missing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(cli, "_jupyter_kernels", lambda: {"python3"})
+    from workbench.cli import tutorials as tutorials_command
+
+    monkeypatch.setattr(tutorials_command.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(tutorials_command, "_jupyter_kernels", lambda: {"python3"})
     assert cli.main(["tutorials", str(tmp_path / "t")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"10 tutorial notebooks copied into {tmp_path / 't'}")

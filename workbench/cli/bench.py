@@ -1,0 +1,237 @@
+"""``workbench bench WHAT``: benchmarks that print measured ratios (one table, `BENCHMARKS`, drives them)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def _bench_kernel_env(args: argparse.Namespace) -> int:
+    from workbench.bench.kernel_env import benchmark_kernel_environment
+
+    try:
+        result = benchmark_kernel_environment(repeats=args.repeats, epochs=args.epochs)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"workbench bench kernel-env: error: {error}", file=sys.stderr)
+        return 2
+    settings = " ".join(f"{k}={v}" for k, v in result.environment.items()) or "(none)"
+    print(f"the workbench kernel's environment: {settings}; {args.repeats} child processes per variant")
+    print(result.table())
+    return 0
+
+
+def _bench_trainer(args: argparse.Namespace) -> int:
+    from workbench.bench.trainer import benchmark_trainer
+
+    if args.peers:
+        return _bench_peers(args)
+    try:
+        result = benchmark_trainer(repeats=args.repeats, epochs=args.epochs, history=args.history)
+    except ValueError as error:
+        print(f"workbench bench trainer: error: {error}", file=sys.stderr)
+        return 2
+    print(f"{result.steps} optimizer steps per run, median of {args.repeats} runs each")
+    print(result.table())
+    return 0
+
+
+def _bench_peers(args: argparse.Namespace) -> int:
+    from workbench.bench.peers import benchmark_peers
+
+    try:
+        result = benchmark_peers(repeats=args.repeats, epochs=args.epochs)
+    except ValueError as error:
+        print(f"workbench bench trainer: error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"{result.steps} optimizer steps per run (a DataLoader over TensorDatasets, validation each epoch), "
+        f"{args.repeats} alternating runs each"
+    )
+    print(result.table())
+    return 0
+
+
+def _bench_kernels(args: argparse.Namespace) -> int:
+    from workbench.bench.kernels import main as bench_kernels
+
+    flags = [*(["--full"] if args.full else []), *(["--static"] if args.static else [])]
+    flags += ["--host"] if args.host else []
+    return bench_kernels(["--repeats", str(args.repeats), *flags])
+
+
+def _bench_launch(args: argparse.Namespace) -> int:
+    from workbench.bench.engines import benchmark_engines
+    from workbench.bench.launch import benchmark_launch
+
+    try:
+        if args.engines:
+            result = benchmark_engines(repeats=1 if args.repeats is None else args.repeats)
+        else:
+            result = benchmark_launch(nprocs=args.nprocs, repeats=5 if args.repeats is None else args.repeats)
+    except ValueError as error:
+        print(f"workbench bench launch: error: {error}", file=sys.stderr)
+        return 2
+    print(result.table())
+    return 0
+
+
+def _bench_compile(args: argparse.Namespace) -> int:
+    from workbench.bench.compile import DEFAULT_PRESETS, compare_compile, table
+
+    presets = tuple(args.presets) if args.presets else DEFAULT_PRESETS
+    try:
+        results = compare_compile(presets, mode=args.mode, repeats=args.repeats, epochs=args.epochs)
+    except (ValueError, RuntimeError) as error:
+        print(f"workbench bench compile: error: {error}", file=sys.stderr)
+        return 2
+    print(f"torch.compile mode={args.mode!r}, {args.repeats} alternating fits of each (training steps only)")
+    print(table(results))
+    return 0
+
+
+def _bench_ddp(args: argparse.Namespace) -> int:
+    from workbench.bench.data_parallel import benchmark_data_parallel
+
+    try:
+        result = benchmark_data_parallel(
+            nprocs=args.nprocs, threads=args.threads, steps=args.steps, batch_per_rank=args.batch
+        )
+    except ValueError as error:
+        print(f"workbench bench ddp: error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"MLP with {result.parameters:,} parameters, {result.batch_per_rank} samples per rank per step, "
+        f"{args.steps} steps (throughput after warm-up)"
+    )
+    print(result.table())
+    print(f"speed-up {result.speedup:.2f}× with {args.nprocs} processes (ideal {args.nprocs}×)")
+    print(result.breakdown())
+    return 0
+
+
+def _bench_hardware(args: argparse.Namespace) -> int:
+    from workbench.devices.microbench import benchmark_hardware
+
+    try:
+        result = benchmark_hardware(repeats=args.repeats, quick=not args.full)
+    except ValueError as error:
+        print(f"workbench bench hardware: error: {error}", file=sys.stderr)
+        return 2
+    print(result.table())
+    mode = "quick" if result.quick else "full"
+    print(f"{mode} run, median of {args.repeats}, {result.seconds:.1f} s")
+    if result.gpu is None:
+        print("no CUDA device here: the GPU measurements were skipped (see the reasons above)")
+    else:
+        print(f"GPU: {result.gpu}")
+    return 0
+
+
+# name → (help, its options as (flags, add_argument keywords), handler): one table drives the subcommands
+BENCHMARKS: dict[
+    str, tuple[str, list[tuple[tuple[str, ...], dict[str, Any]]], Callable[[argparse.Namespace], int]]
+] = {
+    "trainer": (
+        "Trainer and Dashboard vs a hand-written loop",
+        [
+            (("--repeats",), {"type": int, "default": 5, "help": "runs of each variant (median)"}),
+            (("--epochs",), {"type": int, "default": 6}),
+            (("--history",), {"type": int, "default": 1_000_000, "help": "loss-plot points before timing"}),
+            (
+                ("--peers",),
+                {
+                    "action": "store_true",
+                    "help": "instead: the same training in Lightning, Fabric, Accelerate",
+                },
+            ),
+        ],
+        _bench_trainer,
+    ),
+    "kernel-env": (
+        "the workbench kernel's environment vs plain python, training in child processes",
+        [
+            (("--repeats",), {"type": int, "default": 3, "help": "child processes per variant (median)"}),
+            (("--epochs",), {"type": int, "default": 3, "help": "epochs per timed run"}),
+        ],
+        _bench_kernel_env,
+    ),
+    "hardware": (
+        "memory bandwidth and matmul FLOP/s, CPU and GPU",
+        [
+            (("--repeats",), {"type": int, "default": 5, "help": "timed runs of each measurement (median)"}),
+            (("--full",), {"action": "store_true", "help": "larger sizes: slower, closer to peak"}),
+        ],
+        _bench_hardware,
+    ),
+    "kernels": (
+        "numba kernels against torch (GPU; says so without)",
+        [
+            (("--repeats",), {"type": int, "default": 5, "help": "timed samples per measurement (median)"}),
+            (("--full",), {"action": "store_true", "help": "matmul 4096³, 100M-parameter Adam and clipping"}),
+            (("--static",), {"action": "store_true", "help": "no GPU: compile, predict from the roofline"}),
+            (
+                ("--host",),
+                {"action": "store_true", "help": "no GPU: host time of one Adam step, launches stubbed"},
+            ),
+        ],
+        _bench_kernels,
+    ),
+    "compile": (
+        "eager vs compiled training, per step",
+        [
+            (("--presets",), {"nargs": "+", "default": None, "help": "presets to compare (default: 3)"}),
+            (("--mode",), {"default": "default", "help": "torch.compile mode (default: default)"}),
+            (
+                ("--repeats",),
+                {"type": int, "default": 5, "help": "alternating fits of each variant (median)"},
+            ),
+            (("--epochs",), {"type": int, "default": 1, "help": "epochs per timed fit"}),
+        ],
+        _bench_compile,
+    ),
+    "ddp": (
+        "data parallel: N processes vs 1 on a compute-bound MLP",
+        [
+            (("--nprocs",), {"type": int, "default": 2, "help": "processes of the parallel run (default 2)"}),
+            (("--threads",), {"type": int, "default": 1, "help": "torch threads per process (default 1)"}),
+            (("--steps",), {"type": int, "default": 15, "help": "training steps per run, warm-up included"}),
+            (("--batch",), {"type": int, "default": 2048, "help": "samples per rank per step"}),
+        ],
+        _bench_ddp,
+    ),
+    "launch": (
+        "launch's start methods side by side: fork, forkserver, spawn",
+        [
+            (("--nprocs",), {"type": int, "default": 2, "help": "workers per launch (default 2)"}),
+            (
+                ("--repeats",),
+                {
+                    "type": int,
+                    "default": None,
+                    "help": "launches per start method (default 5) or engine (default 1)",
+                },
+            ),
+            (
+                ("--engines",),
+                {
+                    "action": "store_true",
+                    "help": "instead: the same 2-rank training through launch, torchrun, mpirun and Spark "
+                    "(seconds to training start and to result)",
+                },
+            ),
+        ],
+        _bench_launch,
+    ),
+}
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    bench = commands.add_parser("bench", help="benchmarks that print measured ratios")
+    benchmarks = bench.add_subparsers(title="benchmarks", metavar="WHAT", required=True)
+    for name, (help_text, options, handler) in BENCHMARKS.items():
+        parser = benchmarks.add_parser(name, help=help_text)
+        for flags, keywords in options:
+            parser.add_argument(*flags, **keywords)
+        parser.set_defaults(command=f"bench {name}", run=handler)

@@ -1,0 +1,48 @@
+"""``workbench runs``: the runs under a runs directory, and what differs between two."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add(commands: argparse._SubParsersAction) -> None:
+    runs = commands.add_parser("runs", help="the runs under a runs directory, and what differs between two")
+    runs.add_argument("--runs-dir", default="runs", help="where the runs are (default: runs)")
+    runs.add_argument(
+        "--diff", nargs=2, metavar=("A", "B"), help="the config fields that differ between A and B"
+    )
+    runs.set_defaults(command="runs", run=_runs)
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from workbench.tables import text_table
+    from workbench.train.runs import RUN_COLUMNS, config_diff, list_runs
+
+    skipped: list[str] = []
+    try:
+        runs = list_runs(args.runs_dir, on_skip=lambda path, why: skipped.append(f"{path.name}: {why}"))
+    except FileNotFoundError as error:
+        print(f"workbench runs: error: {error}", file=sys.stderr)
+        return 2
+    for line in skipped:
+        print(f"workbench runs: skipped {line}", file=sys.stderr)
+    if args.diff is None:
+        print(text_table(RUN_COLUMNS, [run.row() for run in runs]) if runs else f"no runs in {args.runs_dir}")
+        return 0
+    by_name = {run.name: run for run in runs}
+    missing = [name for name in args.diff if name not in by_name]
+    if missing:
+        known = ", ".join(by_name) or "none"
+        print(
+            f"workbench runs: error: no run {missing[0]!r} in {args.runs_dir}; runs: {known}", file=sys.stderr
+        )
+        return 2
+    differ = config_diff([by_name[name] for name in args.diff])
+    if not differ:
+        print(f"{args.diff[0]} and {args.diff[1]} have the same config")
+        return 0
+    rows = [[name, *(json.dumps(value) for value in values)] for name, values in differ.items()]
+    print(text_table(["config field", *args.diff], rows))
+    return 0

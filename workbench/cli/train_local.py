@@ -1,0 +1,141 @@
+"""Training a preset in this process, alone or as one rank of a job: the Trainer, its console progress,
+loggers, Ctrl-C and a torchrun restart."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_CHANGEABLE = (
+    "epochs",
+    "batch_size",
+    "optimizer",
+    "lr",
+    "momentum",
+    "weight_decay",
+    "schedule",
+    "warmup_steps",
+    "precision",
+    "compile",
+    "clip_norm",
+    "clip_value",
+    "accumulate",
+    "seed",
+    "device",
+    "n_samples",
+)
+
+
+def experiment_from(args: argparse.Namespace) -> Any:
+    from workbench.presets import build_experiment
+
+    changes = {name: getattr(args, name) for name in _CHANGEABLE if getattr(args, name) is not None}
+    return build_experiment(args.preset, **changes)
+
+
+def loggers(tools: list[str], runs_dir: Path) -> list[Any]:
+    """The `--log` loggers, each once (ModuleNotFoundError with the install line when an extra is missing)."""
+    from workbench.train.loggers import MLflowLogger, TensorBoardLogger
+
+    made = {"tensorboard": lambda: TensorBoardLogger(runs_dir / "tensorboard")}
+    made["mlflow"] = lambda: MLflowLogger(runs_dir / "mlflow.db")
+    return [made[tool]() for tool in dict.fromkeys(tools)]
+
+
+def _resume_after_restart(resume: bool, run_dir: Any, main: bool) -> bool:
+    """`--resume`, except after torchrun restarted the workers before the run's first checkpoint: then the
+    metrics log is this job's own failed try, and training starts over (a plain fit rewrites the log)."""
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if not (resume and restart.isdigit() and int(restart) > 0 and run_dir is not None):
+        return resume
+    if run_dir.latest_checkpoint() is not None:
+        return True
+    if main:
+        print(
+            f"workbench train: restart {restart} of this torchrun job, and no checkpoint was saved "
+            "before it: training starts over",
+            file=sys.stderr,
+        )
+    return False
+
+
+def train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) -> int:
+    """Train the preset (`experiment`, else built from `args`) in this process, alone or as one rank of a
+    distributed job; rank 0 prints."""
+    import torch
+
+    from workbench.tables import text_table
+    from workbench.train import Trainer
+    from workbench.train.compilation import describe_compile
+    from workbench.train.progress import ConsoleProgress
+
+    experiment = experiment_from(args) if experiment is None else experiment
+    main = strategy is None or strategy.is_main
+    callbacks: list[Any] = [ConsoleProgress()] if main else []
+    if main:
+        callbacks.extend(loggers(args.log, Path(args.runs_dir)))
+    trainer = Trainer(
+        experiment.model,
+        experiment.loss_fn,
+        experiment.splits,
+        experiment.config,
+        callbacks=callbacks,
+        run=args.run_name,
+        runs_dir=args.runs_dir,
+        strategy=strategy,
+    )
+    with _stop_on_ctrl_c(trainer.control, alone=strategy is None) as pressed:
+        result = trainer.fit(resume=_resume_after_restart(args.resume, trainer.run_dir, main))
+    if pressed:
+        saved = (
+            f"checkpoint {result.checkpoint}: continue with --resume" if result.checkpoint else "not saved"
+        )
+        print(f"workbench train: stopped at step {result.step} (Ctrl-C); {saved}", file=sys.stderr)
+        return 130
+    if not main:
+        return 0
+    rows = [["train", "loss", f"{result.train_loss:.5f}"]]
+    for split, metrics in result.metrics.items():
+        rows += [[split, name, f"{value:.5f}"] for name, value in metrics.items()]
+    print(text_table(["split", "metric", "value"], rows))
+    print(
+        f"{result.status}: {result.step} steps, {result.epoch} epochs in {result.seconds:.2f} s on "
+        f"{trainer.strategy.describe()}"
+        + (f" ({torch.get_num_threads()} threads)" if strategy is None else "")
+        + (f"; checkpoint {result.checkpoint}" if result.checkpoint else "")
+    )
+    if trainer.compile_report is not None:
+        print(describe_compile(trainer.compile_report))
+    return 0
+
+
+@contextlib.contextmanager
+def _stop_on_ctrl_c(control: Any, *, alone: bool) -> Iterator[list[bool]]:
+    """While training alone in the main thread, Ctrl-C asks the loop to stop after its step and save (as the
+    Dashboard's Stop does); a second Ctrl-C quits at once. Yields a list that holds True once pressed."""
+    pressed: list[bool] = []
+    if not alone or threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(True)
+        print(
+            "\nworkbench train: stopping after this step (Ctrl-C again: quit without saving)", file=sys.stderr
+        )
+        control.stop()
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
