@@ -92,3 +92,11 @@ def test_the_kernel_env_benchmark_reads_the_installed_kernelspec(installed_wheel
         "from workbench.bench.kernel_env import kernel_environment as k; print(k())",
     )
     assert (done.returncode, done.stdout) == (0, "{'MALLOC_TOP_PAD_': '268435456'}\n"), done.stderr
+
+
+def test_the_wheel_carries_the_stored_gpu_report_the_tutorials_show(installed_wheel):
+    names = zipfile.ZipFile(installed_wheel.wheel).namelist()
+    assert "workbench/resources/gpu/nvidia-h100-80gb-hbm3.json" in names
+    code = "from workbench.bench.gpu_report import stored_report; print(stored_report().environment['gpu'])"
+    done = installed_wheel.run(installed_wheel.python, "-c", code)
+    assert (done.returncode, done.stdout) == (0, "NVIDIA H100 80GB HBM3\n"), done.stderr

@@ -20,7 +20,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.tables import markdown_table
+from workbench.tables import html_table, markdown_table, text_table
+
+_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -127,3 +129,55 @@ class GpuReport:
         markdown.write_text(self.markdown())
         data.write_text(json.dumps(self.as_json(), indent=2) + "\n")
         return markdown, data
+
+    def rows(self, *prefixes: str) -> list[Check]:
+        """The checks whose names start with one of `prefixes` (all without)."""
+        return [check for check in self.checks if not prefixes or check.name.startswith(prefixes)]
+
+    def table(self, *prefixes: str) -> str:
+        """Those checks as a text table, titled with the GPU and the date they were measured on."""
+        title = (
+            f"measured on {self.environment.get('gpu')}, {self.environment.get('date')} (workbench gpu-check)"
+        )
+        return title + "\n" + text_table(_HEADERS, [check.cells() for check in self.rows(*prefixes)])
+
+    def html(self, *prefixes: str) -> str:
+        """The same as an HTML table, for a notebook's ``display(HTML(...))``."""
+        caption = (
+            f"Measured on {self.environment.get('gpu')}, {self.environment.get('date')} (workbench gpu-check)"
+        )
+        return html_table(_HEADERS, [check.cells() for check in self.rows(*prefixes)], caption=caption)
+
+    @classmethod
+    def from_json(cls, data: dict) -> GpuReport:
+        fields = ("name", "value", "unit", "baseline", "target", "passed", "detail")
+        checks = [Check(**{key: check[key] for key in fields}) for check in data["checks"]]
+        return cls(
+            data["environment"],
+            checks,
+            [(entry["name"], entry["reason"]) for entry in data.get("skipped", [])],
+            data["seconds"],
+            [(entry["name"], entry["seconds"]) for entry in data.get("steps", [])],
+            data.get("notes", []),
+        )
+
+
+def stored_report(gpu: str = "nvidia-h100-80gb-hbm3") -> GpuReport:
+    """A GPU report that comes with workbench (measured on that GPU, see docs/gpu/): what the tutorials show
+    beside the CPU runs a learner does.
+
+    Raises:
+        FileNotFoundError: no stored report for `gpu`; the message lists those there are.
+
+    Example:
+        >>> report = stored_report()
+        >>> report.environment["gpu"], len(report.rows("matmul register")) >= 1
+        ('NVIDIA H100 80GB HBM3', True)
+    """
+    for folder in (_PACKAGE / "resources" / "gpu", _PACKAGE.parent / "docs" / "gpu"):  # wheel, clone
+        path = folder / f"{gpu}.json"
+        if path.exists():
+            return GpuReport.from_json(json.loads(path.read_text()))
+    known = sorted({p.stem for f in (_PACKAGE / "resources" / "gpu", _PACKAGE.parent / "docs" / "gpu")
+                    if f.is_dir() for p in f.glob("*.json")})  # fmt: skip
+    raise FileNotFoundError(f"no stored GPU report {gpu!r}; stored: {', '.join(known) or 'none'}")
