@@ -18,7 +18,9 @@ and the report lists the others as not run, with why:
   eager (≥ 1.3×, compile time apart), on the same model;
 - ``dashboard``: the Trainer with a live Dashboard against the Trainer alone (≤ 1.02×);
 - ``input paths``: digits epochs from a device-resident dataset against per-batch copies from pageable
-  memory (≥ 3×), and a DataLoader's data wait through the pinned prefetch (≤ 5% of a step).
+  memory (≥ 3×), and a DataLoader's data wait through the pinned prefetch (≤ 5% of a step);
+- ``notebooks``: nbval of notebooks 01, 03, 05, 06 and 09 at their full sizes (``WORKBENCH_QUICK=0``), on
+  this Python's kernel (planned beyond the 6-minute budget: ``--budget 900`` or ``--steps notebooks``).
 
 Without a CUDA GPU it says so in one line and runs nothing.
 """
@@ -91,11 +93,11 @@ def _failure_line(message: str, text: str) -> str:
     return f"{first.split(':')[0]}: {found[-1] if found else 'see the log'}"[:600]
 
 
-def _pytest_checks(name: str, args: list[str], timeout: float) -> list[Check]:
+def _pytest_checks(name: str, args: list[str], timeout: float, **env_vars: str) -> list[Check]:
     """Run pytest in a child process; one check for the counts, one failed check per failed test."""
     with tempfile.TemporaryDirectory() as folder:
         junit = Path(folder) / "junit.xml"
-        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONUNBUFFERED": "1", **env_vars}
         command = [
             sys.executable,
             "-m",
@@ -164,6 +166,17 @@ def environment_driver_cuda() -> str | None:
 
     report = nvml_report()
     return report.cuda_driver_version if report.available else None
+
+
+GPU_NOTEBOOKS = ("01_gpu_kernels", "03_data_parallel", "05_mixed_precision", "06_hardware_and_estimates",
+                 "09_where_the_time_goes")  # fmt: skip
+
+
+def _notebooks() -> list[Check]:
+    """The tutorials whose GPU paths matter, by nbval at their full (GPU) sizes on this Python's kernel."""
+    paths = [f"notebooks/{name}.ipynb" for name in GPU_NOTEBOOKS]
+    args = ["--nbval-lax", "--nbval-current-env", *paths]
+    return _pytest_checks("notebooks", args, timeout=900, WORKBENCH_QUICK="0")
 
 
 def _hardware() -> list[Check]:
@@ -238,6 +251,7 @@ def default_steps() -> list[Step]:
         Step("precision and compile", 40, _precision_and_compile),
         Step("dashboard", 30, _dashboard),
         Step("input paths", 40, _input_paths),
+        Step("notebooks", 300, _notebooks, needs="notebooks"),
     ]
 
 

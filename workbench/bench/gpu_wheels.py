@@ -28,7 +28,7 @@ PLATFORMS = (
 # what `workbench gpu-check` runs beyond the library (its tests), and what pip builds the checkout with:
 # hatchling, and editables for an editable install (`pip install -e .` asks for it; without it, offline, the
 # build fails: seen on the GPU machine, 2026-11-26)
-CHECK_NEEDS = ("pytest>=8", "hatchling>=1.27", "editables~=0.3")
+CHECK_NEEDS = ("pytest>=8", "nbval>=0.11", "hatchling>=1.27", "editables~=0.3")
 LEFT_TO_THE_SITE = ("torch",)  # the machine's own CUDA build
 
 
