@@ -56,9 +56,56 @@ def test_the_package_keeps_its_layers():
         ),
         ("data/splits.py", "from workbench.train import config", "workbench.data.splits -> workbench.train"),
         ("kernels/reduce.py", "import workbench.train.loop", "workbench.kernels.reduce -> workbench.train"),
+        (  # an import for type hints only counts too (exclude_type_checking_imports = false)
+            "kernels/clip.py",
+            "import typing\nif typing.TYPE_CHECKING:\n    from workbench.train.config import TrainConfig",
+            "workbench.kernels.clip -> workbench.train.config",
+        ),
     ],
 )
 def test_an_upward_import_fails_naming_the_import(tmp_path, module, line, named):
     done = _lint(_copy_with(tmp_path, module, line))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "BROKEN" in done.stdout and named in done.stdout
+
+
+def _cycles(edges: dict[str, list[str]]) -> list[list[str]]:
+    """The import cycles: strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in edges[module]:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in edges:
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_two_modules_import_each_other_even_through_others():
+    import grimp
+
+    graph = grimp.build_graph("workbench", exclude_type_checking_imports=False)
+    edges = {
+        module: sorted(graph.find_modules_directly_imported_by(module)) for module in sorted(graph.modules)
+    }
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [
+        ["a", "b", "c"]
+    ]  # the check can fail
+    assert _cycles(edges) == []

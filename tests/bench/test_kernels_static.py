@@ -7,8 +7,7 @@ import os
 import pytest
 
 from workbench.bench.kernels_static import GPUS, StaticRow, kernel_work, static_prediction
-from workbench.kernels.static import TOOLCHAIN_EXTRA, find_tool
-from workbench.kernels.targets import all_targets
+from workbench.kernels.static import TOOLCHAIN_EXTRA, all_targets, find_tool
 
 
 def test_every_kernel_has_its_work_at_both_sizes():

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.kernels.static import ARCHS, TOOLCHAIN_EXTRA, find_tool, static_reports
-from workbench.kernels.targets import all_targets
+from workbench.kernels.static import ARCHS, TOOLCHAIN_EXTRA, all_targets, find_tool, static_reports
 
 HERE = Path(__file__).resolve().parent
 

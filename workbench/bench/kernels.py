@@ -30,15 +30,10 @@ import torch
 from torch.nn import functional
 
 from workbench._validate import check_int
+from workbench.bench.kernel_sizes import MILLION, SIZES
 from workbench.devices.microbench import benchmark_hardware, cuda_seconds, float32_matmul_precision
 from workbench.tables import html_table, text_table
 
-MILLION = 1_000_000
-# quick / full sizes: matmul n, vector length (sum, norm), parameters (SGD, Adam, clipping), (rows, classes)
-_SIZES = {
-    True: {"matmul": 2048, "vector": 16 * MILLION, "params": 10 * MILLION, "xent": (4096, 1000)},
-    False: {"matmul": 4096, "vector": 100 * MILLION, "params": 100 * MILLION, "xent": (32768, 1000)},
-}
 _CLIP_TENSORS = 10  # clipping runs over this many equal gradient tensors
 _INNER = 3  # calls per CUDA-event sample
 _HEADERS = ("kernel", "size", "ours", "torch", "unit", "ours/torch", "of peak", "torch counterpart")
@@ -197,7 +192,7 @@ def _gpu_rows(
     quick: bool, repeats: int, peak_gbs: float | None, peak_gflops: float | None
 ) -> Iterator[KernelRow]:
     """Each group builds its tensors, measures, and frees them before the next (100M parameters are big)."""
-    sizes = _SIZES[quick]
+    sizes = SIZES[quick]
     device = torch.device("cuda", torch.cuda.current_device())
     generator = torch.Generator(device).manual_seed(0)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.bench.kernels import _SIZES, MILLION
+from workbench.bench.kernel_sizes import MILLION, SIZES
 from workbench.devices.datasheets import DATASHEETS, GpuDatasheet
 from workbench.kernels.static import static_reports
 from workbench.tables import html_table, text_table
@@ -36,7 +36,7 @@ def kernel_work(name: str, quick: bool) -> tuple[str, float, float]:
         >>> kernel_work("matmul register", quick=True)
         ('2048³', 17179869184, 50331648)
     """
-    sizes = _SIZES[quick]
+    sizes = SIZES[quick]
     if name.startswith("matmul"):
         n = sizes["matmul"]
         return f"{n}³", 2 * n**3, 3 * n * n * 4

@@ -25,7 +25,7 @@ numba: CUDA tensors on a GPU, CPU tensors on the simulator.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -33,10 +33,19 @@ from workbench._validate import check_choice, check_nonnegative
 from workbench.kernels.flat_params import FlatParams
 from workbench.kernels.optim_kernels import adam_step, sgd_step
 
-if TYPE_CHECKING:  # workbench.train depends on the kernels, not the other way round
-    from workbench.train.config import OptimizerConfig
-
 Params = Iterable[torch.nn.Parameter] | Iterable[dict[str, Any]]
+
+
+class OptimizerSettings(Protocol):
+    """What `fused_optimizer_factory` reads of its config: `workbench.train.OptimizerConfig` has it (the
+    kernels sit below the Trainer and do not import it)."""
+
+    name: str
+    lr: float
+    momentum: float
+    nesterov: bool
+    weight_decay: float
+    betas: tuple[float, float]
 
 
 def _check_beta(name: str, value: object) -> float:
@@ -325,7 +334,7 @@ class FusedAdam(_FlatOptimizer):
             )
 
 
-def fused_optimizer_factory(params: Params, optimizer_config: OptimizerConfig) -> torch.optim.Optimizer:
+def fused_optimizer_factory(params: Params, optimizer_config: OptimizerSettings) -> torch.optim.Optimizer:
     """The fused optimizer for a `workbench.train.OptimizerConfig`: sgd → FusedSGD, adam/adamw → FusedAdam.
 
     Pass it as ``Trainer(..., optimizer_factory=fused_optimizer_factory)``.

@@ -3,12 +3,8 @@ which argument types, on how many threads per block, and the occupancy the launc
 
 `workbench.kernels.static` compiles each target with NVIDIA's compiler and checks it against these
 expectations (no GPU needed); each kernel module lists its own in ``gpu_targets()``, built from the same
-constants its host code launches with.
-
-Example:
-    >>> names = [target.name for target in all_targets()]
-    >>> "matmul register" in names and "adam" in names
-    True
+constants its host code launches with, and `workbench.kernels.static.all_targets` gathers them (this module
+imports no kernel module: they import it).
 """
 
 from __future__ import annotations
@@ -44,11 +40,3 @@ class KernelTarget:
     threads: int
     min_blocks_per_sm: int
     fp32: bool = True
-
-
-def all_targets() -> list[KernelTarget]:
-    """The targets of every kernel module (importing them imports no numba)."""
-    from workbench.kernels import clip, gemm, optim_kernels, reduce, softmax_xent
-
-    modules = (gemm, reduce, clip, optim_kernels, softmax_xent)
-    return [target for module in modules for target in module.gpu_targets()]

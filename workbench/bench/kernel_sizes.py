@@ -1,0 +1,15 @@
+"""The problem sizes of the kernel benchmark, shared by what it measures (`workbench.bench.kernels`, on a
+GPU) and what it predicts (`workbench.bench.kernels_static`, no GPU).
+
+Example:
+    >>> SIZES[False]["matmul"], SIZES[True]["params"] // MILLION
+    (4096, 10)
+"""
+
+MILLION = 1_000_000
+# quick (True) / full (False) sizes: matmul n, vector length (sum, norm), parameters (SGD, Adam, clipping),
+# (rows, classes) of the cross-entropy
+SIZES = {
+    True: {"matmul": 2048, "vector": 16 * MILLION, "params": 10 * MILLION, "xent": (4096, 1000)},
+    False: {"matmul": 4096, "vector": 100 * MILLION, "params": 100 * MILLION, "xent": (32768, 1000)},
+}
