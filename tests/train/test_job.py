@@ -17,6 +17,7 @@ def test_trainer_and_launch_are_jobs(regression_splits):
         assert job.step == 0 and job.config is not None and job.control is not None
     assert trainer.describe() == "1 process on cpu"
     assert launch.describe().startswith("2 processes (gloo, CPU")
+    assert trainer.worker_pids() is None and launch.worker_pids() == {}  # no run yet: no workers
 
 
 def test_terminating_a_trainer_stops_it_at_the_next_step_boundary(regression_splits):

@@ -245,6 +245,10 @@ class Launch:
         """
         self._terminate.set()
 
+    def worker_pids(self) -> dict[int, int]:
+        """rank → pid of the workers of the current (or last) run (`Job`)."""
+        return dict(enumerate(self.pids))
+
     def describe(self, port: int | None = None) -> str:
         """One line: world size, backend, devices and threads, rendezvous address."""
         if self.backend == "nccl":

@@ -42,3 +42,7 @@ class Job(Protocol):
 
     def describe(self) -> str:
         """One line: where the job runs (processes, devices, the parallelism)."""
+
+    def worker_pids(self) -> dict[int, int] | None:
+        """rank → pid of the worker processes training now (they change from run to run); None when the
+        job trains in this process (a driver samples this process anyway)."""

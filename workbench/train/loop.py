@@ -255,6 +255,10 @@ class Trainer:
         cut short in the middle of a step (`control.stop()` does the same)."""
         self.control.stop()
 
+    def worker_pids(self) -> None:
+        """None: a Trainer trains in this process (`Job`)."""
+        return None
+
     def fit(self, resume: bool | str | os.PathLike = False) -> FitResult:
         """Train until the configured epochs are done or a stop is requested.
 

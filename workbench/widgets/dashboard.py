@@ -100,8 +100,8 @@ class Dashboard(Callback):
         self.metric_plot = MetricPlot()
         self.sampler = DeviceSampler(interval=sample_interval) if monitor else None
         self.device_monitor = DeviceMonitor(loss=True) if monitor else None
-        if self.sampler is not None and hasattr(trainer, "pids"):  # a Launch: sample each worker too
-            self.sampler.watch(lambda: dict(enumerate(trainer.pids)))
+        if self.sampler is not None and trainer.worker_pids() is not None:  # workers: sample each too
+            self.sampler.watch(lambda: trainer.worker_pids() or {})
         self._thread: threading.Thread | None = None
         self._result: Any = None  # a FitResult, or rank 0's return value for a Launch
         self._error: BaseException | None = None
