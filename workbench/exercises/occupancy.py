@@ -12,12 +12,12 @@ Example:
     >>> def blocks_per_sm(registers, threads, shared_bytes):
     ...     warps = math.ceil(threads / 32)
     ...     per_warp = math.ceil(registers * 32 / 256) * 256  # handed out per warp, 256 at a time
-    ...     by_registers = 65_536 // per_warp // warps
+    ...     by_registers = 16_384 // per_warp * 4 // warps  # a warp's registers: from one of 4 quarters
     ...     by_shared = 228 * 1024 // (shared_bytes + 1024)  # 1 KB of each block's share is the system's
     ...     by_threads = 2048 // threads if threads <= 1024 else 0
     ...     return min(by_registers, by_shared, by_threads, 32)
     >>> check_blocks_per_sm(blocks_per_sm)
-    'blocks_per_sm agrees with the occupancy rule on all 8 kernels'
+    'blocks_per_sm agrees with the occupancy rule on all 9 kernels'
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from workbench.kernels.static import LIMITS, SmLimits, occupancy
 H100 = LIMITS["sm_90"]
 _HINT = (
     "the SM holds the fewest blocks any limit allows: 2048 threads, 32 blocks, 65,536 registers (handed out "
-    "per warp in units of 256) and 228 KB of shared memory (each block also uses 1 KB the system keeps)"
+    "per warp in units of 256, each warp's from one of 4 sub-partitions of 16,384) and 228 KB of shared "
+    "memory (each block also uses 1 KB the system keeps)"
 )
 
 
@@ -52,6 +53,7 @@ CASES = (
     OccupancyCase(128, 1024, 0, "registers: 128 × 1024 do not fit"),
     OccupancyCase(32, 2048, 0, "threads: a block has at most 1024"),
     OccupancyCase(40, 96, 47 * 1024, "shared memory"),
+    OccupancyCase(33, 64, 0, "registers, a warp's from one of 4 sub-partitions"),
 )
 
 # What the usual slips compute instead: the rule without one of its parts.
@@ -59,6 +61,7 @@ _SLIPS = {
     "registers not rounded up per warp to a multiple of 256": dataclasses.replace(H100, register_unit=1),
     "the 1 KB the system reserves per block left out": dataclasses.replace(H100, shared_reserved=0),
     "the cap of 32 blocks per SM left out": dataclasses.replace(H100, max_blocks=10**9),
+    "registers pooled over the whole SM, not per sub-partition": dataclasses.replace(H100, sub_partitions=1),
 }
 
 

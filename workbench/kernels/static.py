@@ -72,6 +72,7 @@ class SmLimits:
     max_blocks: int = 32
     registers: int = 65_536
     register_unit: int = 256  # registers are allocated per warp in units of this many
+    sub_partitions: int = 4  # the register file is split between them; a warp's registers come from one
     shared_per_sm: int = 0  # bytes usable by blocks
     shared_reserved: int = 1024  # bytes the system keeps per resident block
 
@@ -109,6 +110,12 @@ class KernelReport:
 def occupancy(registers: int, threads: int, shared_bytes: int, limits: SmLimits) -> tuple[int, float]:
     """(resident blocks per SM, resident warps / maximum) for a kernel's resources.
 
+    Registers as NVIDIA's occupancy calculator counts them (``cudaOccMaxBlocksPerSMRegsLimit`` in
+    cuda_occupancy.h): each warp takes its threads' registers rounded up to `register_unit`, all from one of
+    the SM's `sub_partitions` (a quarter of the register file each), so a sub-partition holds
+    ⌊16,384 / registers per warp⌋ warps; 33 registers × 64 threads: 24 blocks, not the 25 that pooling the
+    whole file would give.
+
     Example:
         >>> occupancy(124, 256, 8320, LIMITS["sm_90"])  # 124 registers × 256 threads: 2 blocks fit
         (2, 0.25)
@@ -117,7 +124,8 @@ def occupancy(registers: int, threads: int, shared_bytes: int, limits: SmLimits)
     """
     warps = math.ceil(threads / 32)
     per_warp = math.ceil(max(registers, 1) * 32 / limits.register_unit) * limits.register_unit
-    by_registers = limits.registers // per_warp // warps
+    warps_by_registers = limits.registers // limits.sub_partitions // per_warp * limits.sub_partitions
+    by_registers = warps_by_registers // warps
     by_shared = limits.shared_per_sm // max(shared_bytes + limits.shared_reserved, 1)
     by_threads = limits.max_threads // threads if threads <= 1024 else 0
     blocks = min(by_registers, by_shared, by_threads, limits.max_blocks)
