@@ -214,28 +214,15 @@ def _kernels() -> list[Check]:
     return checks
 
 
-def _trainer() -> list[Check]:
-    from workbench.bench.gpu_training import trainer_against_hand_loop
+def _training(measurement: str) -> Callable[[], list[Check]]:
+    """The `workbench.bench.gpu_training` function called `measurement`, imported when the step runs."""
 
-    return trainer_against_hand_loop()
+    def run() -> list[Check]:
+        from workbench.bench import gpu_training
 
+        return getattr(gpu_training, measurement)()
 
-def _dashboard() -> list[Check]:
-    from workbench.bench.gpu_training import dashboard_overhead
-
-    return dashboard_overhead()
-
-
-def _input_paths() -> list[Check]:
-    from workbench.bench.gpu_training import input_paths
-
-    return input_paths()
-
-
-def _precision_and_compile() -> list[Check]:
-    from workbench.bench.gpu_training import precision_and_compile
-
-    return precision_and_compile()
+    return run
 
 
 def default_steps() -> list[Step]:
@@ -247,10 +234,10 @@ def default_steps() -> list[Step]:
         Step("fsdp on this torch", 65, _fsdp_tests, needs="tests/parallel"),
         Step("hardware", 20, _hardware),
         Step("kernels", 60, _kernels),
-        Step("trainer", 20, _trainer),
-        Step("precision and compile", 40, _precision_and_compile),
-        Step("dashboard", 30, _dashboard),
-        Step("input paths", 40, _input_paths),
+        Step("trainer", 20, _training("trainer_against_hand_loop")),
+        Step("precision and compile", 40, _training("precision_and_compile")),
+        Step("dashboard", 30, _training("dashboard_overhead")),
+        Step("input paths", 40, _training("input_paths")),
         Step("notebooks", 300, _notebooks, needs="notebooks"),
     ]
 
@@ -345,16 +332,11 @@ def run_check(
 
 
 def no_gpu_reason() -> str | None:
-    """Why the check cannot run here (no CUDA GPU for torch, or numba stuck on its simulator), or None."""
+    """Why the check cannot run here (no CUDA GPU for torch, or numba stuck on its simulator), or None.
+    (`workbench.bench.kernels` imports torch: imported when asked, not as the CLI builds its parser.)"""
     from workbench.bench.kernels import no_gpu_reason as kernels_reason
 
     return kernels_reason()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="workbench gpu-check", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

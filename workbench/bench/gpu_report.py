@@ -20,9 +20,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.tables import html_table, markdown_table, text_table
+from workbench.tables import markdown_table, text_table
 
 _PACKAGE = Path(__file__).resolve().parents[1]
+# where stored reports are: in the wheel's package data, else in a clone's docs/gpu
+_STORED = (_PACKAGE / "resources" / "gpu", _PACKAGE.parent / "docs" / "gpu")
 
 
 @dataclass(frozen=True)
@@ -141,17 +143,11 @@ class GpuReport:
         )
         return title + "\n" + text_table(_HEADERS, [check.cells() for check in self.rows(*prefixes)])
 
-    def html(self, *prefixes: str) -> str:
-        """The same as an HTML table, for a notebook's ``display(HTML(...))``."""
-        caption = (
-            f"Measured on {self.environment.get('gpu')}, {self.environment.get('date')} (workbench gpu-check)"
-        )
-        return html_table(_HEADERS, [check.cells() for check in self.rows(*prefixes)], caption=caption)
-
     @classmethod
     def from_json(cls, data: dict) -> GpuReport:
-        fields = ("name", "value", "unit", "baseline", "target", "passed", "detail")
-        checks = [Check(**{key: check[key] for key in fields}) for check in data["checks"]]
+        """The report `as_json` wrote (the checks' verdicts are derived again)."""
+        names = [field.name for field in dataclasses.fields(Check)]
+        checks = [Check(**{key: check[key] for key in names}) for check in data["checks"]]
         return cls(
             data["environment"],
             checks,
@@ -174,10 +170,9 @@ def stored_report(gpu: str = "nvidia-h100-80gb-hbm3") -> GpuReport:
         >>> report.environment["gpu"], len(report.rows("matmul register")) >= 1
         ('NVIDIA H100 80GB HBM3', True)
     """
-    for folder in (_PACKAGE / "resources" / "gpu", _PACKAGE.parent / "docs" / "gpu"):  # wheel, clone
+    for folder in _STORED:
         path = folder / f"{gpu}.json"
         if path.exists():
             return GpuReport.from_json(json.loads(path.read_text()))
-    known = sorted({p.stem for f in (_PACKAGE / "resources" / "gpu", _PACKAGE.parent / "docs" / "gpu")
-                    if f.is_dir() for p in f.glob("*.json")})  # fmt: skip
+    known = sorted({path.stem for folder in _STORED for path in folder.glob("*.json")})
     raise FileNotFoundError(f"no stored GPU report {gpu!r}; stored: {', '.join(known) or 'none'}")

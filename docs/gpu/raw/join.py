@@ -6,10 +6,11 @@
 Run 2 re-ran three steps after a fix; each step's rows come from the last run that ran it.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
-from workbench.bench.gpu_report import Check, GpuReport
+from workbench.bench.gpu_report import GpuReport
 
 HERE = Path(__file__).resolve().parent
 STEPS = (
@@ -21,7 +22,6 @@ STEPS = (
     "trainer",
     "precision and compile",
 )
-FIELDS = ("name", "value", "unit", "baseline", "target", "passed", "detail")
 CLIP_NOTE = (
     "; not a measurement: torch's clip_grad_norm_ was given the gradient tensors, not parameters, found no "
     ".grad and returned at once (the benchmark passes parameters since)"
@@ -58,21 +58,19 @@ def step_of(name: str) -> str:
 
 
 def main() -> None:
-    runs = [json.loads((HERE / f"2026-11-26-{i}-nvidia-h100-80gb-hbm3.json").read_text()) for i in (1, 2)]
+    names = (HERE / f"2026-11-26-{i}-nvidia-h100-80gb-hbm3.json" for i in (1, 2))
+    runs = [GpuReport.from_json(json.loads(path.read_text())) for path in names]
     checks, steps = [], []
     for step in STEPS:
-        run = next(run for run in reversed(runs) if step in {s["name"] for s in run["steps"]})
-        for saved in run["checks"]:
-            if step_of(saved["name"]) == step:
-                check = Check(**{key: saved[key] for key in FIELDS})
+        run = next(run for run in reversed(runs) if step in dict(run.steps))
+        for check in run.checks:
+            if step_of(check.name) == step:
                 if check.name.startswith("clip_grad_norm"):
-                    check = Check(
-                        **{**{key: saved[key] for key in FIELDS}, "detail": check.detail + CLIP_NOTE}
-                    )
+                    check = dataclasses.replace(check, detail=check.detail + CLIP_NOTE)
                 checks.append(check)
-        steps += [(s["name"], s["seconds"]) for s in run["steps"] if s["name"] == step]
-    seconds = sum(run["seconds"] for run in runs)
-    report = GpuReport(runs[-1]["environment"], checks, [], seconds, steps, NOTES)
+        steps.append((step, dict(run.steps)[step]))
+    seconds = sum(run.seconds for run in runs)
+    report = GpuReport(runs[-1].environment, checks, [], seconds, steps, NOTES)
     for path in report.write(HERE.parent):
         print(path)
 
