@@ -47,3 +47,24 @@ def test_unknown_command_is_a_usage_error(capsys):
         main(["fly"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'fly'" in capsys.readouterr().err
+
+
+BAD_BENCH_ARGUMENTS = {
+    "trainer": ["--repeats", "0"],
+    "kernel-env": ["--repeats", "0"],
+    "hardware": ["--repeats", "0"],
+    "kernels": ["--repeats", "0"],
+    "compile": ["--repeats", "0"],
+    "ddp": ["--nprocs", "0"],
+    "launch": ["--repeats", "0"],
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_BENCH_ARGUMENTS))
+def test_every_benchmark_says_a_bad_argument_in_one_line(name, capsys):
+    from workbench.cli.bench import BENCHMARKS
+
+    assert set(BAD_BENCH_ARGUMENTS) == set(BENCHMARKS)  # a new benchmark gets a case here
+    assert main(["bench", name, *BAD_BENCH_ARGUMENTS[name]]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"workbench bench {name}: error: ") and said.count("\n") == 1, said

@@ -5,17 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 
 def _bench_kernel_env(args: argparse.Namespace) -> int:
     from workbench.bench.kernel_env import benchmark_kernel_environment
 
-    try:
-        result = benchmark_kernel_environment(repeats=args.repeats, epochs=args.epochs)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"workbench bench kernel-env: error: {error}", file=sys.stderr)
-        return 2
+    result = benchmark_kernel_environment(repeats=args.repeats, epochs=args.epochs)
     settings = " ".join(f"{k}={v}" for k, v in result.environment.items()) or "(none)"
     print(f"the workbench kernel's environment: {settings}; {args.repeats} child processes per variant")
     print(result.table())
@@ -27,11 +24,7 @@ def _bench_trainer(args: argparse.Namespace) -> int:
 
     if args.peers:
         return _bench_peers(args)
-    try:
-        result = benchmark_trainer(repeats=args.repeats, epochs=args.epochs, history=args.history)
-    except ValueError as error:
-        print(f"workbench bench trainer: error: {error}", file=sys.stderr)
-        return 2
+    result = benchmark_trainer(repeats=args.repeats, epochs=args.epochs, history=args.history)
     print(f"{result.steps} optimizer steps per run, median of {args.repeats} runs each")
     print(result.table())
     return 0
@@ -40,11 +33,7 @@ def _bench_trainer(args: argparse.Namespace) -> int:
 def _bench_peers(args: argparse.Namespace) -> int:
     from workbench.bench.peers import benchmark_peers
 
-    try:
-        result = benchmark_peers(repeats=args.repeats, epochs=args.epochs)
-    except ValueError as error:
-        print(f"workbench bench trainer: error: {error}", file=sys.stderr)
-        return 2
+    result = benchmark_peers(repeats=args.repeats, epochs=args.epochs)
     print(
         f"{result.steps} optimizer steps per run (a DataLoader over TensorDatasets, validation each epoch), "
         f"{args.repeats} alternating runs each"
@@ -65,14 +54,10 @@ def _bench_launch(args: argparse.Namespace) -> int:
     from workbench.bench.engines import benchmark_engines
     from workbench.bench.launch import benchmark_launch
 
-    try:
-        if args.engines:
-            result = benchmark_engines(repeats=1 if args.repeats is None else args.repeats)
-        else:
-            result = benchmark_launch(nprocs=args.nprocs, repeats=5 if args.repeats is None else args.repeats)
-    except ValueError as error:
-        print(f"workbench bench launch: error: {error}", file=sys.stderr)
-        return 2
+    if args.engines:
+        result = benchmark_engines(repeats=1 if args.repeats is None else args.repeats)
+    else:
+        result = benchmark_launch(nprocs=args.nprocs, repeats=5 if args.repeats is None else args.repeats)
     print(result.table())
     return 0
 
@@ -81,11 +66,7 @@ def _bench_compile(args: argparse.Namespace) -> int:
     from workbench.bench.compile import DEFAULT_PRESETS, compare_compile, table
 
     presets = tuple(args.presets) if args.presets else DEFAULT_PRESETS
-    try:
-        results = compare_compile(presets, mode=args.mode, repeats=args.repeats, epochs=args.epochs)
-    except (ValueError, RuntimeError) as error:
-        print(f"workbench bench compile: error: {error}", file=sys.stderr)
-        return 2
+    results = compare_compile(presets, mode=args.mode, repeats=args.repeats, epochs=args.epochs)
     print(f"torch.compile mode={args.mode!r}, {args.repeats} alternating fits of each (training steps only)")
     print(table(results))
     return 0
@@ -94,13 +75,9 @@ def _bench_compile(args: argparse.Namespace) -> int:
 def _bench_ddp(args: argparse.Namespace) -> int:
     from workbench.bench.data_parallel import benchmark_data_parallel
 
-    try:
-        result = benchmark_data_parallel(
-            nprocs=args.nprocs, threads=args.threads, steps=args.steps, batch_per_rank=args.batch
-        )
-    except ValueError as error:
-        print(f"workbench bench ddp: error: {error}", file=sys.stderr)
-        return 2
+    result = benchmark_data_parallel(
+        nprocs=args.nprocs, threads=args.threads, steps=args.steps, batch_per_rank=args.batch
+    )
     print(
         f"MLP with {result.parameters:,} parameters, {result.batch_per_rank} samples per rank per step, "
         f"{args.steps} steps (throughput after warm-up)"
@@ -114,11 +91,7 @@ def _bench_ddp(args: argparse.Namespace) -> int:
 def _bench_hardware(args: argparse.Namespace) -> int:
     from workbench.devices.microbench import benchmark_hardware
 
-    try:
-        result = benchmark_hardware(repeats=args.repeats, quick=not args.full)
-    except ValueError as error:
-        print(f"workbench bench hardware: error: {error}", file=sys.stderr)
-        return 2
+    result = benchmark_hardware(repeats=args.repeats, quick=not args.full)
     print(result.table())
     mode = "quick" if result.quick else "full"
     print(f"{mode} run, median of {args.repeats}, {result.seconds:.1f} s")
@@ -129,11 +102,20 @@ def _bench_hardware(args: argparse.Namespace) -> int:
     return 0
 
 
-# name → (help, its options as (flags, add_argument keywords), handler): one table drives the subcommands
-BENCHMARKS: dict[
-    str, tuple[str, list[tuple[tuple[str, ...], dict[str, Any]]], Callable[[argparse.Namespace], int]]
-] = {
-    "trainer": (
+@dataclass(frozen=True)
+class Benchmark:
+    """One ``workbench bench`` subcommand: its help, options as (flags, ``add_argument`` keywords), what
+    runs it, and the errors said in one line (exit 2) instead of a traceback."""
+
+    help: str
+    options: list[tuple[tuple[str, ...], dict[str, Any]]]
+    run: Callable[[argparse.Namespace], int]
+    errors: tuple[type[Exception], ...] = (ValueError,)
+
+
+# one table drives the subcommands
+BENCHMARKS: dict[str, Benchmark] = {
+    "trainer": Benchmark(
         "Trainer and Dashboard vs a hand-written loop",
         [
             (("--repeats",), {"type": int, "default": 5, "help": "runs of each variant (median)"}),
@@ -149,15 +131,16 @@ BENCHMARKS: dict[
         ],
         _bench_trainer,
     ),
-    "kernel-env": (
+    "kernel-env": Benchmark(
         "the workbench kernel's environment vs plain python, training in child processes",
         [
             (("--repeats",), {"type": int, "default": 3, "help": "child processes per variant (median)"}),
             (("--epochs",), {"type": int, "default": 3, "help": "epochs per timed run"}),
         ],
         _bench_kernel_env,
+        (ValueError, FileNotFoundError),
     ),
-    "hardware": (
+    "hardware": Benchmark(
         "memory bandwidth and matmul FLOP/s, CPU and GPU",
         [
             (("--repeats",), {"type": int, "default": 5, "help": "timed runs of each measurement (median)"}),
@@ -165,7 +148,7 @@ BENCHMARKS: dict[
         ],
         _bench_hardware,
     ),
-    "kernels": (
+    "kernels": Benchmark(
         "numba kernels against torch (GPU; says so without)",
         [
             (("--repeats",), {"type": int, "default": 5, "help": "timed samples per measurement (median)"}),
@@ -177,8 +160,9 @@ BENCHMARKS: dict[
             ),
         ],
         _bench_kernels,
+        (),  # `workbench.bench.kernels.main` says its own errors
     ),
-    "compile": (
+    "compile": Benchmark(
         "eager vs compiled training, per step",
         [
             (("--presets",), {"nargs": "+", "default": None, "help": "presets to compare (default: 3)"}),
@@ -190,8 +174,9 @@ BENCHMARKS: dict[
             (("--epochs",), {"type": int, "default": 1, "help": "epochs per timed fit"}),
         ],
         _bench_compile,
+        (ValueError, RuntimeError),
     ),
-    "ddp": (
+    "ddp": Benchmark(
         "data parallel: N processes vs 1 on a compute-bound MLP",
         [
             (("--nprocs",), {"type": int, "default": 2, "help": "processes of the parallel run (default 2)"}),
@@ -201,7 +186,7 @@ BENCHMARKS: dict[
         ],
         _bench_ddp,
     ),
-    "launch": (
+    "launch": Benchmark(
         "launch's start methods side by side: fork, forkserver, spawn",
         [
             (("--nprocs",), {"type": int, "default": 2, "help": "workers per launch (default 2)"}),
@@ -230,8 +215,21 @@ BENCHMARKS: dict[
 def add(commands: argparse._SubParsersAction) -> None:
     bench = commands.add_parser("bench", help="benchmarks that print measured ratios")
     benchmarks = bench.add_subparsers(title="benchmarks", metavar="WHAT", required=True)
-    for name, (help_text, options, handler) in BENCHMARKS.items():
-        parser = benchmarks.add_parser(name, help=help_text)
-        for flags, keywords in options:
+    for name, benchmark in BENCHMARKS.items():
+        parser = benchmarks.add_parser(name, help=benchmark.help)
+        for flags, keywords in benchmark.options:
             parser.add_argument(*flags, **keywords)
-        parser.set_defaults(command=f"bench {name}", run=handler)
+        parser.set_defaults(command=f"bench {name}", run=_saying_errors(name, benchmark))
+
+
+def _saying_errors(name: str, benchmark: Benchmark) -> Callable[[argparse.Namespace], int]:
+    """`benchmark.run`, its `errors` said as ``workbench bench NAME: error: ...`` with exit status 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return benchmark.run(args)
+        except benchmark.errors as error:
+            print(f"workbench bench {name}: error: {error}", file=sys.stderr)
+            return 2
+
+    return run
