@@ -37,6 +37,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from workbench._cache import cache_folder
 from workbench.kernels._numba import bind_cuda, jit_kernel, on_simulator
 
 CACHE_VARIABLE = "WORKBENCH_KERNEL_CACHE"
@@ -183,8 +184,7 @@ def kernel_cache_folder() -> Path:
     """
     if os.environ.get(CACHE_VARIABLE):
         return Path(os.environ[CACHE_VARIABLE]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "workbench" / "kernels"
+    return cache_folder("kernels")
 
 
 def _source_module(source: str) -> Any:

@@ -42,6 +42,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from workbench._cache import cache_folder
 from workbench.devices.toolchain import TOOLCHAIN_EXTRA, toolchain_status
 from workbench.kernels.targets import KernelTarget
 
@@ -331,8 +332,7 @@ def static_reports(
 
 def reports_cache() -> Path:
     """Where compiled reports are kept: ``$XDG_CACHE_HOME/workbench/kernel-reports`` (``~/.cache/…``)."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "workbench" / "kernel-reports"
+    return cache_folder("kernel-reports")
 
 
 @cache
