@@ -74,6 +74,9 @@ def test_a_dashboard_drawing_while_the_page_loads_plotly_shows_every_point(lab, 
     page.on("pageerror", lambda error: uncaught.append(str(error)))
     start_run_all(page, lab.url, "start_then_show.ipynb")
     wait_for_run_all(page, lab, "start_then_show.ipynb", timeout_s=300)
+    # the kernel may be done before the page has drawn the view (its bundle loads 4 s late; on a loaded
+    # machine later still): wait for the loss plot to be on the page, as a person would look for it
+    page.wait_for_selector(".workbench-dashboard .js-plotly-plot", timeout=60_000)
     page.screenshot(path=str(ARTIFACTS / "start_then_show.png"), full_page=True)
     assert page.evaluate("globalThis.slowedBundles") == 1, "the bundle was not slowed: the test tests nothing"
     assert errors_in_page(page) == [] and uncaught == []
