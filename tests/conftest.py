@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from workbench.data import load_dataset, split_dataset
-from workbench.parallel.launcher import free_port as _free_port
+from workbench.parallel.launching.launcher import free_port as _free_port
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_TESTS = REPO / "tests" / "gpu"

@@ -33,7 +33,7 @@ def run_on_gloo_ranks(fn: Callable[[int, int], Any], world_size: int, port: int)
 def _rank(rank: int, fn: Callable[[int, int], Any], world_size: int, port: int, results) -> None:
     import torch.distributed as dist
 
-    from workbench.parallel.process_group import leave_process_group
+    from workbench.parallel.group.process_group import leave_process_group
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:

@@ -7,7 +7,8 @@ import os, sys, threading
 before = dict(os.environ)
 import workbench, workbench.data, workbench.devices, workbench.cli, workbench.kernelspec, workbench.tables
 import workbench.train, workbench.monitor, workbench.widgets.dashboard, workbench.bench.trainer
-import workbench.kernels, workbench.bench.kernels, workbench.bench.data_parallel, workbench.parallel.launcher
+import workbench.kernels, workbench.bench.kernels, workbench.bench.data_parallel
+import workbench.parallel.launching.launcher
 assert dict(os.environ) == before, "importing workbench changed the environment"
 assert "numba" not in sys.modules, "importing workbench imported numba"
 assert threading.active_count() == 1, "importing workbench started a thread"

@@ -250,7 +250,7 @@ def test_an_ipv6_master_addr_is_bracketed_in_the_printed_endpoint(capsys):
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "--rdzv-endpoint '[::1]:29500'" in printed
-    from workbench.cli.torchrun import endpoint_host
+    from workbench.parallel.launching.torchrun_args import endpoint_host
 
     assert endpoint_host("[::1]:29500") == "::1" and endpoint_host("node0:29500") == "node0"
 
@@ -350,3 +350,14 @@ def test_compile_without_a_compiler_is_one_line_from_the_command(tmp_path):
         .splitlines()[-1]
         .startswith("workbench train: error: compile='default' needs the C++ compiler CXX=")
     )
+
+
+def test_a_composition_is_checked_against_the_ranks_and_its_size_kept_in_the_torchrun_command(capsys):
+    argv = ["train", "digits-mlp", "--strategy", "ddp+tp", "--tp", "3", "--nproc-per-node", "4"]
+    assert main(argv) == 2
+    assert "'ddp+tp' with tp=3 needs a number of ranks divisible by 3, got 4" in capsys.readouterr().err
+    argv = ["train", "digits-mlp", "--strategy", "fsdp+tp", "--tp", "2", "--nnodes", "2", "--nproc-per-node"]
+    # 4 ranks make 2 data shards (tensor-parallel pairs): 66 samples split evenly over them, not over 4 ranks
+    assert main([*argv, "2", "--global-batch-size", "66", "--master-addr", "node0"]) == 0
+    command = capsys.readouterr().out.rstrip()
+    assert command.endswith("train digits-mlp --tp 2 --global-batch-size 66 --strategy fsdp+tp")

@@ -2,7 +2,7 @@
 
 from workbench.bench.launch import benchmark_launch
 from workbench.cli import main
-from workbench.parallel.launcher import START_METHODS
+from workbench.parallel.launching.launcher import START_METHODS
 
 
 def test_every_start_method_is_timed_side_by_side():

@@ -24,7 +24,7 @@ from workbench import models
 from workbench.estimate import estimate_memory
 from workbench.estimate.measure import BucketLog, counting_allreduce_hook, measure_peak
 from workbench.estimate.memory import ANALYTIC_UNCERTAINTY, EXTRAPOLATED_UNCERTAINTY, TRACED_UNCERTAINTY
-from workbench.parallel.launcher import free_port
+from workbench.parallel.launching.launcher import free_port
 from workbench.tables import text_table
 from workbench.train import OptimizerConfig
 from workbench.train.optim import build_optimizer

@@ -3,7 +3,7 @@
 import pytest
 
 from workbench.exercises import ExerciseMismatch, check_launcher_place, launcher_cases
-from workbench.parallel.launch_env import detect_launch_env
+from workbench.parallel.group.launch_env import detect_launch_env
 
 LAUNCHERS = [
     ("RANK", "WORLD_SIZE", "LOCAL_RANK"),

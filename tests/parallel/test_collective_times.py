@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from workbench.parallel.collective_times import CollectiveTimes, TimedAllGather, TimedReduceScatter
+from workbench.parallel.strategies.collective_times import CollectiveTimes, TimedAllGather, TimedReduceScatter
 
 
 @pytest.fixture

@@ -167,6 +167,19 @@ def test_control_stop_reaches_every_rank_at_the_same_step(tmp_path):
     assert (tmp_path / "stop" / "checkpoint.pt").is_file()
 
 
+def test_workers_train_with_the_config_given_to_launch_and_another_one_is_refused_naming_it():
+    launched = _config(epochs=2, optimizer=OptimizerConfig("sgd", lr=0.05))
+
+    def train(strategy, config):  # config None: the Trainer takes Launch's, the one the dashboard shows
+        trainer = Trainer(_model(), torch.nn.functional.mse_loss, _splits(), config, strategy=strategy)
+        return trainer.fit().step, trainer.config.optimizer.lr
+
+    steps, lr = launch(train, 2, args=(None,), config=launched, verbose=False)
+    assert (steps, lr) == (2 * SAMPLES // (2 * 8), 0.05)
+    with pytest.raises(WorkerFailed, match=r"not the one given to Launch.*optimizer: .*0\.01.* here"):
+        launch(train, 2, args=(_config(),), config=launched, verbose=False)
+
+
 def test_a_rank_that_raises_is_named_everyone_stops_and_launch_works_again(free_port):
     port = free_port()
 

@@ -4,7 +4,7 @@ their documentation (no MPICH or Slurm cluster here)."""
 
 import pytest
 
-from workbench.parallel.launch_env import detect_launch_env, first_host
+from workbench.parallel.group.launch_env import detect_launch_env, first_host
 
 OPEN_MPI = {
     "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",

@@ -19,10 +19,10 @@ import torch
 from workbench import models
 from workbench.data import load_dataset, split_dataset
 from workbench.parallel import launch
-from workbench.parallel.fsdp import FullyShardedDataParallel
-from workbench.parallel.pipeline import PipelineParallel
-from workbench.parallel.tensor_parallel import TensorParallel
-from workbench.parallel.timeline import StepTimeline
+from workbench.parallel.strategies.fsdp import FullyShardedDataParallel
+from workbench.parallel.strategies.pipeline import PipelineParallel
+from workbench.parallel.strategies.tensor_parallel import TensorParallel
+from workbench.parallel.strategies.timeline import StepTimeline
 from workbench.train import OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Callback
 from workbench.train.step_time import PHASES
@@ -219,7 +219,7 @@ def test_a_pipeline_checkpoint_resumes_where_it_stopped(tmp_path):
         return trainer.fit(resume=resume)
 
     strategy = PipelineParallel(microbatches=4)
-    launch(train, RANKS, args=(1, False), strategy=strategy, config=config, verbose=False)
+    launch(train, RANKS, args=(1, False), strategy=strategy, config=config.replace(epochs=1), verbose=False)
     model = c.model()
     result = launch(
         train, RANKS, args=(2, True), strategy=strategy, model=model, config=config, verbose=False

@@ -102,7 +102,7 @@ def test_the_printed_command_trains_on_two_hosts_whose_name_resolves_to_loopback
 def test_each_host_finds_its_own_address_and_only_the_first_hosts_the_rendezvous(two_hosts):
     (host_a, address_a), (host_b, address_b) = two_hosts.items()
     probe = (
-        "import sys; from workbench.parallel import multi_node as m; "
+        "import sys; from workbench.parallel.launching import multi_node as m; "
         "m._name_resolves_to_loopback = lambda: True; "
         "s = m.torchrun_network_settings(sys.argv[1], nnodes=2, rdzv_conf='join_timeout=5', environ={}); "
         "print(s.args, s.env)"
@@ -175,7 +175,7 @@ def test_a_cut_network_stops_both_hosts_within_the_collective_timeout_with_one_l
 
 @pytest.mark.parametrize("endpoint", ["127.0.0.1", "localhost", "[::1]"])
 def test_a_loopback_endpoint_is_several_machines_tried_on_this_one_and_changes_nothing(endpoint, monkeypatch):
-    from workbench.parallel import multi_node
+    from workbench.parallel.launching import multi_node
 
     monkeypatch.setattr(multi_node, "_name_resolves_to_loopback", lambda: True)
     settings = multi_node.torchrun_network_settings(endpoint, nnodes=2, environ={})
@@ -186,7 +186,7 @@ def test_this_machines_own_name_resolving_to_loopback_hosts_at_its_default_route
     import ipaddress
     import socket
 
-    from workbench.parallel import multi_node
+    from workbench.parallel.launching import multi_node
 
     monkeypatch.setattr(multi_node, "_name_resolves_to_loopback", lambda: True)
     monkeypatch.setattr(multi_node, "_default_route_address", lambda: "10.1.2.3")

@@ -3,7 +3,7 @@ runs). The two-agent torchrun test in test_torchrun.py checks the machine-local 
 
 import pytest
 
-from workbench.parallel.process_group import place
+from workbench.parallel.group.process_group import place
 
 
 @pytest.mark.parametrize("gpus", [0, 1, 2])

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from workbench.parallel import STRATEGIES, strategy_spec
-from workbench.parallel.distributed import DistributedStrategy
-from workbench.parallel.registry import DISTRIBUTED
+from workbench.parallel.strategies.distributed import DistributedStrategy
+from workbench.parallel.strategies.registry import DISTRIBUTED
 from workbench.train import SingleDevice
 
 
@@ -46,7 +46,7 @@ def test_cli_and_estimator_widget_offer_exactly_the_registered_names(capsys):
 
 def test_the_registry_imports_neither_torch_nor_torch_distributed():
     code = (
-        "import sys; import workbench.parallel.registry as r; r.strategy_spec('fsdp'); "
+        "import sys; import workbench.parallel.strategies.registry as r; r.strategy_spec('fsdp'); "
         "print('torch' in sys.modules, 'torch.distributed' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

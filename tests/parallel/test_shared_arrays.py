@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from workbench.parallel import launch
-from workbench.parallel import shared_arrays as sa
-from workbench.parallel.shared_arrays import SharedArrays, loads_sharing, pickle_sharing
+from workbench.parallel.launching import shared_arrays as sa
+from workbench.parallel.launching.shared_arrays import SharedArrays, loads_sharing, pickle_sharing
 
 MIB = 1 << 20
 

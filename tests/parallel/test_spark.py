@@ -12,8 +12,8 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
-from workbench.parallel import spark as spark_module  # noqa: E402
-from workbench.parallel.spark import run_on_spark  # noqa: E402
+from workbench.parallel.launching import spark as spark_module  # noqa: E402
+from workbench.parallel.launching.spark import run_on_spark  # noqa: E402
 
 HERE = Path(__file__).parent
 

@@ -15,7 +15,7 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
-from workbench.parallel.spark import check_java  # noqa: E402
+from workbench.parallel.launching.spark import check_java  # noqa: E402
 from workbench.train import read_metrics  # noqa: E402
 
 

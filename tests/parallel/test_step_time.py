@@ -10,7 +10,7 @@ import torch
 
 from tests.gloo_ranks import run_on_gloo_ranks
 from workbench import models
-from workbench.parallel.data_parallel import BucketTimes, DataParallel, timed_allreduce_hook
+from workbench.parallel.strategies.data_parallel import BucketTimes, DataParallel, timed_allreduce_hook
 from workbench.train.step_time import PHASES, StepClock
 
 

@@ -8,9 +8,10 @@ from torch import nn
 
 from workbench import models
 from workbench.parallel import launch
-from workbench.parallel.fsdp import FullyShardedDataParallel
-from workbench.parallel.pipeline import PipelineParallel, balanced_starts
-from workbench.parallel.tensor_parallel import TensorParallel, default_plan
+from workbench.parallel.strategies.fsdp import FullyShardedDataParallel
+from workbench.parallel.strategies.pipeline import PipelineParallel
+from workbench.parallel.strategies.pipeline_split import balanced_starts
+from workbench.parallel.strategies.tensor_parallel import TensorParallel, default_plan
 from workbench.train import SingleDevice, TrainConfig
 from workbench.train.memory import StepMemoryProbe
 

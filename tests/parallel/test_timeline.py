@@ -4,7 +4,12 @@ from itertools import pairwise
 
 import pytest
 
-from workbench.parallel.timeline import Span, StepTimeline, ideal_bubble_fraction, measured_bubble_fraction
+from workbench.parallel.strategies.timeline import (
+    Span,
+    StepTimeline,
+    ideal_bubble_fraction,
+    measured_bubble_fraction,
+)
 
 T0 = 1_700_000_000.0  # spans arrive in unix seconds
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from workbench import models
-from workbench.parallel.data_parallel import DataParallel
+from workbench.parallel.strategies.data_parallel import DataParallel
 from workbench.train import Trainer
 
 HERE = Path(__file__).parent

@@ -17,8 +17,8 @@ from workbench import models
 from workbench.data import Dataset as InMemory
 from workbench.data import LoaderConfig, Splits, torch_loader
 from workbench.parallel import launch
-from workbench.parallel.fsdp import FullyShardedDataParallel
-from workbench.parallel.tensor_parallel import TensorParallel
+from workbench.parallel.strategies.fsdp import FullyShardedDataParallel
+from workbench.parallel.strategies.tensor_parallel import TensorParallel
 from workbench.train import OptimizerConfig, TrainConfig, Trainer
 from workbench.train.metrics import F1
 

@@ -253,7 +253,7 @@ def test_lr_and_clipping_changes_apply_from_the_next_step(digits_splits):
     trainer.fit()
     lrs = [m["lr"] for m in recorder.steps]
     assert lrs[:5] == [0.1] * 5 and lrs[5:] == [0.01] * (len(lrs) - 5)
-    assert trainer.clip_norm == 0.5
+    assert trainer.settings.clip_norm == 0.5
 
 
 def test_clipping_by_norm_bounds_the_update(regression_splits):

@@ -36,7 +36,7 @@ def test_a_resume_with_new_clipping_trains_with_it_and_records_it(tmp_path, fiel
     config = TrainConfig(epochs=2, batch_size=16, **{field: 1.0})
     trainer = Trainer(_model(), F.cross_entropy, DATA, config, run="r", runs_dir=tmp_path)
     trainer.fit(resume=True)
-    assert getattr(trainer, field) == 1.0 == _config(tmp_path / "r")[field]
+    assert getattr(trainer.settings, field) == 1.0 == _config(tmp_path / "r")[field]
     assert f"with new settings: {field} 0.0 → 1.0" in capsys.readouterr().err
 
 
@@ -56,14 +56,18 @@ def test_a_change_from_the_dashboard_is_what_config_json_says(tmp_path):
     )  # fmt: skip
     trainer.fit()
     recorded = _config(tmp_path / "live")
-    assert (trainer.lr, trainer.clip_norm) == (0.5, 0.75)
+    assert (trainer.settings.lr, trainer.settings.clip_norm) == (0.5, 0.75)
     assert (recorded["optimizer"]["lr"], recorded["clip_norm"]) == (0.5, 0.75)
     # and a resume continues with them, and says so again
     again = Trainer(
         _model(), F.cross_entropy, DATA, TrainConfig(epochs=2, batch_size=8), run="live", runs_dir=tmp_path
     )
     again.fit(resume=True)
-    assert (again.lr, again.clip_norm) == (0.5, 0.75) == (_config(tmp_path / "live")["optimizer"]["lr"], 0.75)
+    assert (
+        (again.settings.lr, again.settings.clip_norm)
+        == (0.5, 0.75)
+        == (_config(tmp_path / "live")["optimizer"]["lr"], 0.75)
+    )
 
 
 def test_a_refused_resume_leaves_every_tensor_of_the_model_as_it_was(tmp_path):

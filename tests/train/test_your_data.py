@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset, Tenso
 from workbench import models
 from workbench.data import Dataset as InMemory
 from workbench.data import LoaderConfig, Splits, move_batch, torch_loader
-from workbench.parallel.pipeline import PipelineParallel
+from workbench.parallel.strategies.pipeline import PipelineParallel
 from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer
 from workbench.train.metrics import F1
 

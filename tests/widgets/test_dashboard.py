@@ -124,7 +124,7 @@ def test_apply_sets_lr_and_clipping_from_the_next_step(splits):
     gate.release.set()
     dashboard.wait(timeout=60)
     assert gate.lrs[:3] == [0.1] * 3 and set(gate.lrs[3:]) == {0.02}
-    assert dashboard.trainer.clip_norm == 0.5
+    assert dashboard.trainer.settings.clip_norm == 0.5
 
 
 @pytest.mark.parametrize("lr", [-1.0, 1e6])  # 1e6: past the config's cap, which a live change also keeps
@@ -187,7 +187,7 @@ def test_interrupting_wait_stops_training_at_a_step_boundary(splits, monkeypatch
     dashboard = Dashboard(_trainer(splits, callbacks=[gate]), monitor=False)
     dashboard.start()
     assert gate.reached.wait(10)
-    thread = dashboard._thread
+    thread = dashboard.runner.thread
     real_join = thread.join
     calls = []
 
@@ -293,7 +293,7 @@ def test_interrupting_wait_on_a_stuck_launch_terminates_its_workers_within_10_se
     deadline = time.monotonic() + 10
     while len(job.pids) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    thread, real_join, calls = dashboard._thread, dashboard._thread.join, []
+    thread, real_join, calls = dashboard.runner.thread, dashboard.runner.thread.join, []
 
     def join_interrupted_once(timeout=None):
         if not calls:
@@ -307,7 +307,7 @@ def test_interrupting_wait_on_a_stuck_launch_terminates_its_workers_within_10_se
         dashboard.wait()
     assert time.monotonic() - started < 10
     assert not any(psutil.pid_exists(pid) for pid in job.pids)
-    assert isinstance(dashboard._error, KeyboardInterrupt)
+    assert isinstance(dashboard.runner.error, KeyboardInterrupt)
 
 
 def _figures(widget):

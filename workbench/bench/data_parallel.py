@@ -25,7 +25,7 @@ from workbench import models
 from workbench._validate import check_int
 from workbench.data import Dataset, Splits
 from workbench.parallel import launch
-from workbench.parallel.launcher import check_nprocs
+from workbench.parallel.launching.launcher import check_nprocs
 from workbench.tables import text_table
 from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Event

@@ -116,7 +116,7 @@ def benchmark_kernel_environment(*, repeats: int = 3, epochs: int = 3) -> Kernel
 
 def child_timings(epochs: int) -> dict[str, float]:
     """In a child: the hand-written loop and Dashboard.start + wait, twice each alternating; the medians."""
-    from workbench.bench.trainer import background_dashboard_seconds, hand_written_seconds
+    from workbench.bench.trainer_variants import background_dashboard_seconds, hand_written_seconds
 
     hand_written_seconds(epochs)  # warm-up: thread pools, first-call costs
     hand, background = [], []

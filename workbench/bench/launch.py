@@ -6,7 +6,7 @@ Each sample is one whole ``launch(fn, 2)`` of a function that returns at once: s
 gloo group, run, hand rank 0's value back, leave. The fork server's first launch in a process also starts
 the server (which imports torch once); that cost is shown on its own line. ``fork`` is measured here only
 because this process runs no torch ops first: in a notebook that did, a forked worker may hang (see
-`workbench.parallel.launcher`), which is why the fork server is the default.
+`workbench.parallel.launching.launcher`), which is why the fork server is the default.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from workbench._validate import check_int
-from workbench.parallel.launcher import START_METHODS, launch
+from workbench.parallel.launching.launcher import START_METHODS, launch
 from workbench.tables import text_table
 
 

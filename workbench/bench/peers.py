@@ -29,7 +29,7 @@ from torch.nn import functional
 from torch.utils.data import DataLoader, TensorDataset
 
 from workbench._validate import check_int
-from workbench.bench.trainer import bench_model, bench_setup, hand_written_loader, train_and_validate
+from workbench.bench.trainer_variants import bench_model, bench_setup, hand_written_loader, train_and_validate
 from workbench.data import Splits
 from workbench.tables import text_table
 from workbench.train import TrainConfig, Trainer

@@ -32,22 +32,25 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import torch
-from torch.nn import functional
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
-from workbench import models
 from workbench._validate import check_int
+from workbench.bench.trainer_variants import (
+    bench_model,
+    bench_setup,
+    bench_trainer,
+    hand_written,
+    hand_written_loader,
+    logged_seconds,
+    step_clock_seconds,
+    timed,
+    with_dashboard,
+)
 from workbench.bench.work_clock import WorkClock
-from workbench.data import ShardedLoader, Splits, load_dataset, split_dataset
+from workbench.data import ShardedLoader, Splits
 from workbench.tables import text_table
-from workbench.train import OptimizerConfig, TrainConfig, Trainer
-from workbench.train.events import Callback, CallbackList, Event
-from workbench.train.step_time import StepClock
 
 
 @dataclass(frozen=True)
@@ -253,29 +256,29 @@ def benchmark_trainer(
     untimed = config.replace(time_breakdown=False)
     per_step: list[float] = []
     sampler_fractions: list[float] = []
-    _hand_written(bench_model(), splits, config)  # warm-up: allocator, thread pools, first-call costs
+    hand_written(bench_model(), splits, config)  # warm-up: allocator, thread pools, first-call costs
     logs = tempfile.TemporaryDirectory(prefix="workbench-bench-")
-    _logged_seconds(splits, config, logs.name)  # imports the loggers' tools, creates the MLflow store
+    logged_seconds(splits, config, logs.name)  # imports the loggers' tools, creates the MLflow store
     for _ in range(repeats):
-        timings["hand"].append(_timed(lambda: _hand_written(bench_model(), splits, config)))
-        timings["hand_fused"].append(_timed(lambda: _hand_written(bench_model(), splits, config, fused=True)))
+        timings["hand"].append(timed(lambda: hand_written(bench_model(), splits, config)))
+        timings["hand_fused"].append(timed(lambda: hand_written(bench_model(), splits, config, fused=True)))
         plain = WorkClock()
         with plain.threads():
-            timings["trainer"].append(_timed(lambda: _trainer(splits, config).fit()))
-        timings["untimed"].append(_timed(lambda: _trainer(splits, untimed).fit()))
-        hand_loader = _timed(lambda: hand_written_loader(bench_model(), torch_splits, config))
+            timings["trainer"].append(timed(lambda: bench_trainer(splits, config).fit()))
+        timings["untimed"].append(timed(lambda: bench_trainer(splits, untimed).fit()))
+        hand_loader = timed(lambda: hand_written_loader(bench_model(), torch_splits, config))
         timings["hand_loader"].append(hand_loader)
-        timings["trainer_loader"].append(_timed(lambda: _trainer(torch_splits, config).fit()))
-        seconds, clock = _logged_seconds(splits, config, logs.name)
+        timings["trainer_loader"].append(timed(lambda: bench_trainer(torch_splits, config).fit()))
+        seconds, clock = logged_seconds(splits, config, logs.name)
         timings["logged"].append(seconds)
         timings["logs_thread"].append(clock.callbacks_s)
         timings["logs_events"].append(clock.callbacks_s - clock.fit_edges_s)
         timings["logs_cpu"].append(max(clock.threads_cpu_s - plain.threads_cpu_s, 0.0))
-        seconds, costs, fraction = _with_dashboard(splits, config, history, background=False)
+        seconds, costs, fraction = with_dashboard(splits, config, history, background=False)
         timings["dashboard"].append(seconds)
         per_step.extend(costs)
         sampler_fractions.append(fraction)
-        timings["background"].append(_with_dashboard(splits, config, history, background=True)[0])
+        timings["background"].append(with_dashboard(splits, config, history, background=True)[0])
     logs.cleanup()
     return TrainerBenchmark(
         steps=steps,
@@ -283,7 +286,7 @@ def benchmark_trainer(
         hand_fused_s=statistics.median(timings["hand_fused"]),
         trainer_s=statistics.median(timings["trainer"]),
         untimed_s=statistics.median(timings["untimed"]),
-        breakdown_s=_step_clock_seconds(),
+        breakdown_s=step_clock_seconds(),
         logged_steps=steps // config.log_every + epochs,  # at most: a logged step also ends each epoch
         hand_loader_s=statistics.median(timings["hand_loader"]),
         trainer_loader_s=statistics.median(timings["trainer_loader"]),
@@ -305,191 +308,3 @@ def benchmark_trainer(
             ),
         },
     )
-
-
-def _step_clock_seconds(repeats: int = 2000) -> float:
-    """Seconds of the step clock's own work in one logged step: the loop's marks, the strategy's, and the
-    report (the median of `repeats`, each timed alone)."""
-    phases = ("other", "copy", "forward", "backward", "comm", "other", "optimizer", "other")
-    seconds = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        clock = StepClock(torch.device("cpu"), started=started)
-        clock.add("data", 0.0)
-        for phase in phases:
-            clock.mark(phase)
-        clock.report()
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds)
-
-
-def bench_setup(epochs: int, n_samples: int = 4096) -> tuple[Splits, TrainConfig]:
-    data = load_dataset("synthetic_images", n_samples=n_samples, image_size=32, seed=0)
-    splits = split_dataset(data, (0.9, 0.1, 0.0), seed=0)
-    config = TrainConfig(epochs=epochs, batch_size=128, optimizer=OptimizerConfig("adam", lr=1e-3), seed=0)
-    return splits, config
-
-
-def hand_written_seconds(epochs: int) -> float:
-    """One timed run of the hand-written loop (`workbench bench kernel-env` runs it in child processes)."""
-    splits, config = bench_setup(epochs)
-    return _timed(lambda: _hand_written(bench_model(), splits, config))
-
-
-def background_dashboard_seconds(epochs: int) -> float:
-    """One timed run of the Trainer through `Dashboard.start` + `wait` (training on a second thread)."""
-    splits, config = bench_setup(epochs)
-    return _with_dashboard(splits, config, 0, background=True)[0]
-
-
-def bench_model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return models.mlp(3 * 32 * 32, 10, hidden=(512, 512))
-
-
-def _trainer(splits: Splits, config: TrainConfig) -> Trainer:
-    return Trainer(bench_model(), functional.cross_entropy, splits, config)
-
-
-def _timed(run: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
-
-
-def _logged_seconds(splits: Splits, config: TrainConfig, folder: str) -> tuple[float, WorkClock]:
-    """One timed run of the Trainer writing its run directory under `folder` and, with their extras,
-    TensorBoard and MLflow logs there (checkpoints off: `checkpoint_every` beyond the last epoch), and the
-    clock of the logs' own work. The folder is the benchmark's, as a user's runs directory is: the first run
-    creates the MLflow store."""
-    import dataclasses
-    import importlib.util
-
-    from workbench.train.loggers import MLflowLogger, TensorBoardLogger
-
-    installed = {name: importlib.util.find_spec(name) is not None for name in ("tensorboard", "mlflow")}
-    callbacks: list[Callback] = []
-    if installed["tensorboard"]:
-        callbacks.append(TensorBoardLogger(f"{folder}/tensorboard"))
-    if installed["mlflow"]:
-        callbacks.append(MLflowLogger(f"{folder}/mlflow.db"))
-    trainer = Trainer(
-        bench_model(),
-        functional.cross_entropy,
-        splits,
-        dataclasses.replace(config, checkpoint_every=config.epochs + 1),
-        callbacks=callbacks,
-        run="bench",
-        runs_dir=folder,
-    )
-    clock = WorkClock()
-    # metrics.jsonl's writer and the loggers, each timed
-    trainer.events.callbacks = clock.clocked(trainer.events.callbacks)
-    with clock.threads():
-        seconds = _timed(trainer.fit)
-    return seconds, clock
-
-
-def _hand_written(model: torch.nn.Module, splits: Splits, config: TrainConfig, fused: bool = False) -> None:
-    """The loop a PyTorch user writes, logging the loss every step like the Trainer does (with torch's default
-    Adam, or its fused one as the Trainer builds it)."""
-    torch.manual_seed(config.seed)
-    fastest = {"fused": True} if fused else {}
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr, **fastest)
-    loader = ShardedLoader(splits.train, config.batch_size, shuffle=True, seed=config.seed)
-    losses = []
-    for epoch in range(config.epochs):
-        loader.set_epoch(epoch)
-        model.train()
-        for x, y in loader:
-            optimizer.zero_grad()
-            loss = functional.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            for x, y in ShardedLoader(splits.val, config.batch_size, shuffle=False, remainder="uneven"):
-                functional.cross_entropy(model(x), y)
-
-
-def hand_written_loader(model: torch.nn.Module, splits: Splits, config: TrainConfig) -> None:
-    """The same loop over torch DataLoaders, as most PyTorch code is written."""
-    torch.manual_seed(config.seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr)
-    train = DataLoader(splits.train, batch_size=config.batch_size, shuffle=True)
-    val = DataLoader(splits.val, batch_size=config.batch_size)
-    train_and_validate(model, optimizer, train, val, config.epochs)
-
-
-def train_and_validate(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    train: Iterable,
-    val: Iterable,
-    epochs: int,
-    backward: Callable[[torch.Tensor], None] = torch.Tensor.backward,
-) -> None:
-    """The hand-written loop's epochs: zero_grad, forward, loss, `backward` (a peer's own, e.g.
-    ``fabric.backward``), step, ``loss.item()``; then a pass over `val` without gradients."""
-    losses = []
-    for _ in range(epochs):
-        model.train()
-        for x, y in train:
-            optimizer.zero_grad()
-            loss = functional.cross_entropy(model(x), y)
-            backward(loss)
-            optimizer.step()
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad():
-            for x, y in val:
-                functional.cross_entropy(model(x), y)
-
-
-class _TimedCallbacks(CallbackList):
-    """Forwards events like `CallbackList`, recording how long each on_step took on the training thread."""
-
-    def __init__(self, callbacks: list[Callback]) -> None:
-        super().__init__(callbacks)
-        self.step_costs: list[float] = []
-
-    def on_step(self, metrics: Event) -> None:
-        started = time.perf_counter()
-        super().on_step(metrics)
-        self.step_costs.append(time.perf_counter() - started)
-
-
-def _with_dashboard(
-    splits: Splits, config: TrainConfig, history: int, *, background: bool
-) -> tuple[float, list[float], float]:
-    from workbench.widgets.dashboard import Dashboard
-
-    trainer = _trainer(splits, config)
-    dashboard = Dashboard(trainer)
-    _fill_history(dashboard, history)
-    timed = _TimedCallbacks(list(trainer.events.callbacks))
-    trainer.events.callbacks = [timed]
-    seconds = _timed((lambda: (dashboard.start(), dashboard.wait())) if background else dashboard.fit)
-    fraction = dashboard.sampler.cpu_fraction if dashboard.sampler is not None else 0.0
-    dashboard.close()
-    return seconds, timed.step_costs, fraction
-
-
-def _fill_history(dashboard: object, points: int) -> None:
-    """Put `points` earlier steps into the loss plot, as a long run would have."""
-    plot = dashboard.loss_plot  # type: ignore[attr-defined]
-    plot.on_fit_start(
-        {
-            "run": "history",
-            "rank": 0,
-            "total_steps": points,
-            "start_step": 0,
-            "epochs": 1,
-            "steps_per_epoch": points,
-            "config": {},
-        }
-    )
-    for step in range(1, points + 1):
-        plot.on_step({"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 1e-3, "rank": 0})
-    plot.flush()

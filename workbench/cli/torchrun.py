@@ -1,21 +1,9 @@
 """``workbench torchrun``: torchrun with this machine's network settings and one clear line when machines
-do not all join; and the torchrun command ``workbench train --nnodes N`` prints."""
+do not all join (the command lines themselves: `workbench.parallel.launching.torchrun_args`)."""
 
 from __future__ import annotations
 
-import argparse
-import re
-import shlex
 import sys
-
-_LAUNCHER_FLAGS = (
-    "--strategy",
-    "--nproc-per-node",
-    "--nnodes",
-    "--master-addr",
-    "--master-port",
-    "--join-timeout",
-)
 
 
 def torchrun(argv: list[str]) -> int:
@@ -24,14 +12,17 @@ def torchrun(argv: list[str]) -> int:
     from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
     from torch.distributed.run import main as torchrun_main
 
-    from workbench.parallel.multi_node import stop_agent_after_its_workers
+    from workbench.parallel.launching.multi_node import stop_agent_after_its_workers
+    from workbench.parallel.launching.torchrun_args import option, with_network_settings
 
     try:
-        argv = _with_network_settings(argv)
+        argv, reason = with_network_settings(argv)
     except ValueError as error:
         print(f"workbench torchrun: error: {error}", file=sys.stderr)
         return 2
-    timeout = _option(argv, "--collective-timeout")
+    if reason:
+        print(f"workbench torchrun: {reason}", file=sys.stderr)
+    timeout = option(argv, "--collective-timeout")
     stop_agent_after_its_workers(grace_s=(int(timeout) if timeout and timeout.isdigit() else 300) + 30)
     try:
         torchrun_main(argv)
@@ -39,12 +30,12 @@ def torchrun(argv: list[str]) -> int:
         print(str(error).strip(), file=sys.stderr)
         return 1
     except RendezvousTimeoutError:
-        endpoint = _option(argv, "--rdzv-endpoint", "--rdzv_endpoint") or "the rendezvous endpoint"
-        conf = _option(argv, "--rdzv-conf", "--rdzv_conf") or ""
+        endpoint = option(argv, "--rdzv-endpoint", "--rdzv_endpoint") or "the rendezvous endpoint"
+        conf = option(argv, "--rdzv-conf", "--rdzv_conf") or ""
         timeout = next(
             (part.split("=", 1)[1] for part in conf.split(",") if part.startswith("join_timeout=")), "600"
         )
-        nodes = _option(argv, "--nnodes") or "all"
+        nodes = option(argv, "--nnodes") or "all"
         print(
             f"workbench torchrun: error: not all {nodes} machines joined the rendezvous at {endpoint} within "
             f"{timeout} s; run the same command on each machine, check that {endpoint} is reachable from "
@@ -53,103 +44,3 @@ def torchrun(argv: list[str]) -> int:
         )
         return 2
     return 0
-
-
-def endpoint_host(endpoint: str) -> str:
-    """The host of ``host:port``, ``[v6]:port`` or a bare host (an IPv6 address has colons of its own)."""
-    has_port = endpoint.count(":") == 1 or endpoint.startswith("[")
-    return (endpoint.rsplit(":", 1)[0] if has_port else endpoint).strip("[]")
-
-
-def _with_network_settings(argv: list[str]) -> list[str]:
-    """`argv` with what this machine needs to join the other machines (see `workbench.parallel.multi_node`):
-    nothing where its name resolves to a routable address."""
-    import os
-
-    from workbench.parallel.multi_node import torchrun_network_settings
-
-    endpoint = _option(argv, "--rdzv-endpoint", "--rdzv_endpoint")
-    nnodes = (_option(argv, "--nnodes") or "1").split(":")[-1]
-    if endpoint is None or not nnodes.isdigit():
-        return argv
-    script = argv.index("-m") if "-m" in argv else len(argv)
-    options, rest = argv[:script], argv[script:]
-    conf_names = ("--rdzv-conf", "--rdzv_conf")
-    settings = torchrun_network_settings(
-        endpoint_host(endpoint),
-        nnodes=int(nnodes),
-        rdzv_conf=_option(options, *conf_names) or "",
-        local_addr=_option(options, "--local-addr", "--local_addr"),
-    )
-    if not settings.args and not settings.env:
-        return argv
-    print(f"workbench torchrun: {settings.reason}", file=sys.stderr)
-    os.environ.update(settings.env)  # the workers inherit it
-    if "--rdzv-conf" in settings.args:  # it holds the given conf too: drop the given one
-        kept, skip = [], False
-        for word in options:
-            if skip:
-                skip = False
-            elif word in conf_names:
-                skip = True
-            elif not word.startswith(tuple(f"{name}=" for name in conf_names)):
-                kept.append(word)
-        options = kept
-    return [*options, *settings.args, *rest]
-
-
-def _option(argv: list[str], *names: str) -> str | None:
-    """The value of option `names` in `argv` (``--name value`` or ``--name=value``), or None."""
-    for index, word in enumerate(argv):
-        for name in names:
-            if word == name and index + 1 < len(argv):
-                return argv[index + 1]
-            if word.startswith(f"{name}="):
-                return word.split("=", 1)[1]
-    return None
-
-
-def check_endpoint(host: str, port: int) -> None:
-    """A host name or IP address and a TCP port, before they go into a command people paste."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.\-]*|\[?[0-9A-Fa-f:.]+\]?", host):
-        raise ValueError(
-            f"--master-addr must be a host name or IP address of the first machine, got {host!r}; "
-            "e.g. node0, node0.cluster.local or 10.0.0.1"
-        )
-    if not 1 <= port <= 65535:
-        raise ValueError(f"--master-port must be a TCP port in 1..65535, got {port}; the default is 29500")
-
-
-def torchrun_command(args: argparse.Namespace) -> str:
-    """The command to run on each machine, with this command's training options."""
-    kept, skip = [], False
-    for word in args.argv:
-        if skip:
-            skip = False
-        elif word == "--print-command":
-            continue
-        elif word in _LAUNCHER_FLAGS:
-            skip = True
-        elif word == "--run" or word.startswith("--run="):  # torchrun would read it as --run-path
-            kept.append(word.replace("--run", "--run-name", 1))
-        elif not word.startswith(tuple(f"{flag}=" for flag in _LAUNCHER_FLAGS)):
-            kept.append(word)
-    host = args.master_addr.strip("[]")
-    endpoint = f"[{host}]:{args.master_port}" if ":" in host else f"{host}:{args.master_port}"  # IPv6
-    words = [
-        "workbench torchrun",  # torchrun, with one clear line when not every machine joins
-        f"--nnodes {args.nnodes}",
-        f"--nproc-per-node {args.nproc_per_node}",
-        "--rdzv-backend c10d",
-        f"--rdzv-endpoint {shlex.quote(endpoint)}",
-        f"--rdzv-id {shlex.quote(args.run_name or args.preset)}",
-        f"--rdzv-conf join_timeout={args.join_timeout}",
-        "-m workbench",
-        shlex.join([*kept, "--strategy", args.strategy]),
-    ]
-    machines = "this machine" if args.nnodes == 1 else f"each of the {args.nnodes} machines"
-    return (
-        f"# run on {machines}; {args.master_addr} must be reachable from all of them "
-        f"(port {args.master_port} open); the run waits {args.join_timeout} s for every machine to join "
-        "(--join-timeout):\n" + " \\\n    ".join(words)
-    )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from workbench.cli.train_distributed import train_distributed
 from workbench.cli.train_local import loggers, train_here
-from workbench.parallel.registry import DISTRIBUTED, STRATEGIES
+from workbench.parallel.strategies.registry import DEFAULT_TP, DISTRIBUTED, STRATEGIES
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -65,11 +65,26 @@ def add(commands: argparse._SubParsersAction) -> None:
     )
     ddp.add_argument("--microbatches", type=int, default=4, help="--strategy pipeline: per batch (default 4)")
     ddp.add_argument("--split-points", help="--strategy pipeline: layers where stages begin, e.g. block1")
+    ddp.add_argument(
+        "--tp",
+        type=int,
+        default=DEFAULT_TP,
+        help="--strategy fsdp+tp or ddp+tp: ranks per tensor-parallel group (adjacent ranks); the "
+        f"data dimension gets ranks / tp (default {DEFAULT_TP})",
+    )
+    ddp.add_argument(
+        "--pp",
+        type=int,
+        default=DEFAULT_TP,
+        help=f"--strategy ddp+pp: stages per pipeline (adjacent ranks); ranks / pp replicas of it train on "
+        f"shards of the data (default {DEFAULT_TP})",
+    )
     ddp.add_argument("--nproc-per-node", type=int, default=2, help="processes per machine (default 2)")
     ddp.add_argument(
         "--global-batch-size",
         type=int,
-        help="--strategy ddp or fsdp: samples per step over all ranks, each rank taking its share (instead "
+        help="--strategy ddp, fsdp, fsdp+tp or ddp+tp: samples per step over all ranks, each data shard "
+        "taking its share (instead "
         "of --batch-size per rank), so that a job restarted on fewer machines (torchrun --nnodes MIN:MAX) "
         "keeps its batch and resumes",
     )

@@ -1,5 +1,5 @@
-"""``workbench train --strategy ddp|fsdp|pipeline|tensor``: one rank under a launcher, the torchrun command
-for several machines, or local processes (launch, or Spark's TorchDistributor)."""
+"""``workbench train --strategy NAME`` (any but single): one rank under a launcher, the torchrun command for
+several machines, or local processes (launch, or Spark's TorchDistributor)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import argparse
 import sys
 from typing import Any
 
-from workbench.cli.torchrun import check_endpoint, torchrun_command
 from workbench.cli.train_local import experiment_from, train_here
-from workbench.parallel.registry import strategy_spec
+from workbench.parallel.launching.torchrun_args import check_endpoint, torchrun_command
+from workbench.parallel.strategies.registry import COMPOSED, strategy_spec
 
 
 def _strategy(args: argparse.Namespace) -> Any:
@@ -20,6 +20,12 @@ def _strategy(args: argparse.Namespace) -> Any:
         return strategy_class(
             split_points=points, schedule=args.pipeline_schedule, microbatches=args.microbatches
         )
+    if args.strategy == "ddp+pp":
+        points = None if args.split_points is None else [p for p in args.split_points.split(",") if p]
+        options = {"schedule": args.pipeline_schedule, "microbatches": args.microbatches}
+        return strategy_class(pp=args.pp, split_points=points, **options)
+    if args.strategy in COMPOSED:
+        return strategy_class(tp=args.tp)
     return strategy_class()
 
 
@@ -27,7 +33,11 @@ def train_distributed(args: argparse.Namespace) -> int:
     """Under a launcher (torchrun, mpirun, srun): be one rank. Otherwise: print the torchrun command, or
     launch local processes."""
     from workbench.parallel import launch
-    from workbench.parallel.process_group import join_process_group_from_env, lost_peer, under_a_launcher
+    from workbench.parallel.group.process_group import (
+        join_process_group_from_env,
+        lost_peer,
+        under_a_launcher,
+    )
 
     strategy = _strategy(args)
     if not 1 <= args.collective_timeout <= 86400:
@@ -58,7 +68,9 @@ def train_distributed(args: argparse.Namespace) -> int:
     for flag in ("nproc_per_node", "nnodes"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be ≥ 1, got {getattr(args, flag)}")
-    _share_global_batch(args, args.nnodes * args.nproc_per_node)  # checked here; under torchrun each rank
+    inner = args.pp if args.strategy == "ddp+pp" else args.tp if args.strategy in COMPOSED else 1
+    shards = args.nnodes * args.nproc_per_node // inner
+    _share_global_batch(args, shards)  # checked here; under torchrun each rank
     experiment = experiment_from(
         args
     )  # shares it again over the world it finds. Checked before anything starts
@@ -91,9 +103,10 @@ def _share_global_batch(args: argparse.Namespace, ranks: int) -> None:
     total = args.global_batch_size
     if total is None:
         return
-    if args.strategy not in ("ddp", "fsdp"):
+    if args.strategy not in ("ddp", "fsdp", *COMPOSED):
         raise ValueError(
-            f"--global-batch-size is for --strategy ddp or fsdp (each rank a share of the batch); "
+            f"--global-batch-size is for --strategy ddp, fsdp, fsdp+tp or ddp+tp (each data shard a share of "
+            "the batch); "
             f"--strategy {args.strategy} takes --batch-size"
         )
     if args.batch_size is not None:
@@ -112,21 +125,9 @@ def _share_global_batch(args: argparse.Namespace, ranks: int) -> None:
 
 def _train_on_spark(args: argparse.Namespace, train: Any, strategy: Any) -> int:
     """The ranks as Spark tasks (or on the driver) of a session on --spark-master."""
-    import os
+    from workbench.parallel.launching.spark import run_on_spark, spark_session
 
-    from workbench.parallel.spark import SPARK_INSTALL, check_java, run_on_spark
-
-    try:
-        from pyspark.sql import SparkSession
-    except ModuleNotFoundError:
-        raise ValueError(f"--spark-master needs pyspark, which is not installed: {SPARK_INSTALL}") from None
-    try:
-        check_java()
-    except RuntimeError as error:
-        raise ValueError(str(error)) from None
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers on a local master run this one
-    session = SparkSession.builder.master(args.spark_master).appName("workbench train").getOrCreate()
-    try:
+    with spark_session(args.spark_master) as session:
         return run_on_spark(
             train,
             args.nproc_per_node,
@@ -135,5 +136,3 @@ def _train_on_spark(args: argparse.Namespace, train: Any, strategy: Any) -> int:
             spark=session,
             backend=args.backend,
         )
-    finally:
-        session.stop()

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from workbench._validate import check_choice, check_int, check_nonnegative
-from workbench.parallel.registry import STRATEGIES
+from workbench.parallel.strategies.registry import COMPOSED, DEFAULT_TP, STRATEGIES
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -241,6 +241,8 @@ def estimate_memory(
     cluster: Cluster | None = None,
     micro_batches: int | None = None,
     gradient_as_bucket_view: bool = False,
+    tp: int = DEFAULT_TP,
+    pp: int = DEFAULT_TP,
     method: str = "auto",
     target: torch.Tensor | None = None,
     loss_fn: Any = None,
@@ -268,6 +270,8 @@ def estimate_memory(
         cluster: the devices available; more `devices` than it has is an error.
         micro_batches: pipeline micro-batches per step (default `devices`).
         gradient_as_bucket_view: DDP's option; False (its default) keeps gradient buckets beside ``.grad``.
+        tp: for ``"fsdp+tp"`` and ``"ddp+tp"``: ranks per tensor-parallel group (it divides `devices`).
+        pp: for ``"ddp+pp"``: stages per pipeline (it divides `devices`).
 
     Rules (P parameter bytes, G gradient bytes, S optimizer state bytes, A activation bytes of the batch):
         - ``single``: P + G + S + A; ``devices`` must be 1.
@@ -279,6 +283,11 @@ def estimate_memory(
           the layers' activations for min(M, N) in-flight micro-batches of B/M samples (1F1B schedule).
         - ``tensor``: parameters, gradients and state of nn.Linear layers divided by N, the rest
           replicated; activations counted unsplit (an upper bound: Megatron-style layers split some).
+        - ``fsdp+tp`` / ``ddp+tp`` on N = d × tp devices: what ``tensor`` leaves on each of the tp ranks,
+          then divided by d for FSDP (plus its gathered largest layer, of which each rank gathers 1/tp);
+          DDP × tp averages the gradients in place (no buckets). Activations: a data rank's batch.
+        - ``ddp+pp`` on N = d × pp devices: ``pipeline`` over pp stages (micro-batches default pp), and
+          the gradients averaged in place over the d replicas (no buckets).
 
     Example:
         >>> estimate_memory(1_000_000, activation_bytes_per_sample=0, batch_size=1, optimizer="adam",
@@ -294,7 +303,17 @@ def estimate_memory(
         raise ValueError(f"devices={devices} exceeds the cluster's {cluster.devices} devices")
     if strategy == "single" and devices != 1:
         raise ValueError(f"devices={devices} with strategy='single'; use 1 or another strategy")
-    micro = check_int("micro_batches", devices if micro_batches is None else micro_batches, minimum=1)
+    inner = pp if strategy == "ddp+pp" else tp  # the model dimension's ranks
+    if strategy in COMPOSED:
+        name = "pp" if strategy == "ddp+pp" else "tp"
+        check_int(name, inner, minimum=1)
+        if devices % inner:
+            raise ValueError(
+                f"strategy={strategy!r} with {name}={inner} needs devices divisible by {inner}, got "
+                f"{devices}; use a multiple of {inner}, or a {name} that divides {devices}"
+            )
+    stages = inner if strategy == "ddp+pp" else devices
+    micro = check_int("micro_batches", stages if micro_batches is None else micro_batches, minimum=1)
     check_choice("method", method, METHODS)
     if isinstance(model, nn.Module) and sample is not None:
         check_int("sample batch size", sample.shape[0] if sample.dim() else 0, minimum=1)
@@ -314,17 +333,22 @@ def estimate_memory(
     mixed = precision != "fp32"
     param_element = FP32 + (HALF if mixed else 0)
     activations = profile.activation_bytes_per_sample(precision) * batch_size
-    shard = {"fsdp": devices, "pipeline": devices}.get(strategy, 1)
+    shard = {"fsdp": devices, "pipeline": devices, "ddp+pp": stages}.get(strategy, 1)
     count = profile.param_count / shard
     if strategy == "tensor":
         count = profile.param_count - profile.linear_param_count * (1 - 1 / devices)
-    if strategy == "pipeline":
-        activations = activations / devices * min(micro, devices) / micro
+    if strategy in ("fsdp+tp", "ddp+tp"):
+        count = profile.param_count - profile.linear_param_count * (1 - 1 / tp)
+        count /= devices // tp if strategy == "fsdp+tp" else 1
+    if strategy in ("pipeline", "ddp+pp"):
+        activations = activations / stages * min(micro, stages) / micro
     buffers = 0.0
     if strategy == "ddp" and not gradient_as_bucket_view:
         buffers = profile.param_count * FP32
     elif strategy == "fsdp":
         buffers = profile.largest_layer_param_count * ((HALF if mixed else FP32) + FP32)
+    elif strategy == "fsdp+tp":
+        buffers = profile.largest_layer_param_count / tp * ((HALF if mixed else FP32) + FP32)
     return MemoryEstimate(
         params=round(count * param_element),
         grads=round(count * FP32),

@@ -28,7 +28,7 @@ from workbench.estimate.comm import CommEstimate, communication_bytes
 from workbench.estimate.hardware import Hardware
 from workbench.estimate.memory import MemoryEstimate, ModelProfile, estimate_memory
 from workbench.estimate.step_time import StepTimeEstimate, predict_step_time
-from workbench.parallel.registry import strategy_spec
+from workbench.parallel.strategies.registry import strategy_spec
 
 
 @dataclass(frozen=True)

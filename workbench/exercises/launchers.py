@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from workbench.exercises.mismatch import ExerciseMismatch
-from workbench.parallel.launch_env import detect_launch_env
+from workbench.parallel.group.launch_env import detect_launch_env
 
 _HINT = (
     "each launcher names rank, world size and local rank its own way (the table above); look for torchrun's "

@@ -2,12 +2,15 @@
 processes from a notebook cell or under torchrun.
 
 - `DataParallel` (DDP), `FullyShardedDataParallel` (FSDP2), `PipelineParallel` (GPipe/1F1B) and
-  `TensorParallel`, all built on `DistributedStrategy`; pass one to ``Trainer(..., strategy=...)``.
+  `TensorParallel`, all built on `DistributedStrategy`, and `ComposedParallel` (``"fsdp+tp"``, ``"ddp+tp"``
+  on one 2-D device mesh); pass one to ``Trainer(..., strategy=...)``.
 - `launch(fn, nprocs)` / `Launch`: fork N workers from a notebook, stream their events to your callbacks
   (a `Dashboard`), forward its controls, return rank 0's result. Under torchrun: ``Strategy.from_env()``.
 - `STRATEGIES` / `strategy_spec`: the registered names ("ddp", "fsdp", ...) and how each splits the work.
 
-Names are imported on first use, so ``workbench.parallel.registry`` needs neither torch nor
+Three floors, each importing only those below it: `launching` (how rank processes start and talk) →
+`strategies` (what happens to a model on the ranks) → `group` (how one process joins the process group).
+Names are imported on first use, so ``workbench.parallel.strategies.registry`` needs neither torch nor
 ``torch.distributed``.
 
     >>> from workbench.parallel import launch
@@ -20,27 +23,28 @@ from __future__ import annotations
 from workbench._lazy import lazy_attributes
 
 _HOMES = {
-    "DataParallel": "workbench.parallel.data_parallel",
-    "DistributedStrategy": "workbench.parallel.distributed",
-    "FullyShardedDataParallel": "workbench.parallel.fsdp",
-    "Launch": "workbench.parallel.launcher",
-    "LaunchEnv": "workbench.parallel.launch_env",
-    "PipelineParallel": "workbench.parallel.pipeline",
-    "STRATEGIES": "workbench.parallel.registry",
-    "StepTimeline": "workbench.parallel.timeline",
-    "StrategySpec": "workbench.parallel.registry",
-    "TensorParallel": "workbench.parallel.tensor_parallel",
-    "WorkerFailed": "workbench.parallel.launcher",
-    "default_backend": "workbench.parallel.process_group",
-    "detect_launch_env": "workbench.parallel.launch_env",
-    "free_port": "workbench.parallel.launcher",
-    "join_process_group_from_env": "workbench.parallel.process_group",
-    "launch": "workbench.parallel.launcher",
-    "leave_process_group": "workbench.parallel.process_group",
-    "per_rank_batch_size": "workbench.parallel.data_parallel",
-    "run_on_spark": "workbench.parallel.spark",
-    "strategy_spec": "workbench.parallel.registry",
-    "under_a_launcher": "workbench.parallel.process_group",
+    "ComposedParallel": "workbench.parallel.strategies.composed",
+    "DataParallel": "workbench.parallel.strategies.data_parallel",
+    "DistributedStrategy": "workbench.parallel.strategies.distributed",
+    "FullyShardedDataParallel": "workbench.parallel.strategies.fsdp",
+    "Launch": "workbench.parallel.launching.launcher",
+    "LaunchEnv": "workbench.parallel.group.launch_env",
+    "PipelineParallel": "workbench.parallel.strategies.pipeline",
+    "STRATEGIES": "workbench.parallel.strategies.registry",
+    "StepTimeline": "workbench.parallel.strategies.timeline",
+    "StrategySpec": "workbench.parallel.strategies.registry",
+    "TensorParallel": "workbench.parallel.strategies.tensor_parallel",
+    "WorkerFailed": "workbench.parallel.launching.supervisor",
+    "default_backend": "workbench.parallel.group.process_group",
+    "detect_launch_env": "workbench.parallel.group.launch_env",
+    "free_port": "workbench.parallel.launching.launcher",
+    "join_process_group_from_env": "workbench.parallel.group.process_group",
+    "launch": "workbench.parallel.launching.launcher",
+    "leave_process_group": "workbench.parallel.group.process_group",
+    "per_rank_batch_size": "workbench.parallel.strategies.data_parallel",
+    "run_on_spark": "workbench.parallel.launching.spark",
+    "strategy_spec": "workbench.parallel.strategies.registry",
+    "under_a_launcher": "workbench.parallel.group.process_group",
 }
 
 __all__ = sorted(_HOMES)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from workbench.data import Dataset, split_size
 from workbench.train.config import TrainConfig
 from workbench.train.strategy import StrategyBase
 
@@ -94,3 +95,18 @@ def check_optimizer(optimizer: Any) -> torch.optim.Optimizer:
             "optimizer built on the params given (lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr))"
         )
     return optimizer
+
+
+def check_training_split(train: Any) -> None:
+    """ValueError for a training split without samples."""
+    if (len(train) if isinstance(train, Dataset) else split_size(train)) == 0:
+        raise ValueError("splits.train is empty (the training split); give it at least one sample")
+
+
+def check_device(config: TrainConfig, device: torch.device) -> None:
+    """ValueError when ``config.device`` names another device than the strategy trains on."""
+    if config.device not in ("auto", device.type):
+        raise ValueError(
+            f"config.device={config.device!r} but the strategy trains on {device}; use device='auto' with a "
+            "distributed strategy"
+        )

@@ -116,3 +116,46 @@ def step_groups(batches: Iterable[Batch], accumulate: int, skip: int = 0) -> Ite
             group = []
     if group:
         yield group
+
+
+def count_steps(loaders: dict[str, Loader], config: TrainConfig) -> tuple[int | None, int | None]:
+    """Optimizer steps per epoch and in the whole fit; None for a training split without a length (an
+    iterable dataset without ``__len__``: progress then shows the steps done, no total). Refuses a training
+    split that gives no batch, and a schedule that needs the fit's length when it is unknown."""
+    if "train" not in loaders:
+        raise ValueError(
+            "the training split gives no batches (every batch dropped: drop_last with fewer samples per rank "
+            "than batch_size); lower batch_size or set drop_last=False"
+        )
+    batches = loaders["train"].length
+    if batches is None:
+        if config.optimizer.schedule != "constant":
+            raise ValueError(
+                f"schedule={config.optimizer.schedule!r} needs the number of steps, but the training split's "
+                "length is unknown (an IterableDataset without __len__); give the dataset a __len__ or use "
+                "schedule='constant' (warm-up still works)"
+            )
+        return None, None
+    per_epoch = -(-batches // config.accumulate)
+    return per_epoch, per_epoch * config.epochs
+
+
+def epoch_steps(
+    loader: Loader, epoch: int, position: int, config: TrainConfig, strategy: Strategy
+) -> Iterator[tuple[list[Batch], bool]]:
+    """The rest of epoch `epoch` (after `position` micro-batches) as ``(group, last)``: each step's
+    micro-batches on the strategy's device, True for the epoch's last step; ranks of uneven iterable
+    shards step in lockstep."""
+    loader.set_epoch(epoch)
+    groups = step_groups(device_batches(loader, strategy.device, position), config.accumulate)
+    return with_last(lockstep(groups, strategy) if needs_lockstep(loader, strategy) else groups)
+
+
+def check_epoch_trained(epoch: int, from_start: bool, steps: int) -> None:
+    """ValueError for an epoch that, run from its start, gave no step (`steps` 0)."""
+    if from_start and steps == 0:
+        raise ValueError(
+            f"the training data gave no batch in epoch {epoch + 1}, so nothing was trained: an "
+            "IterableDataset whose __iter__ yields nothing (or a generator already used up: __iter__ must "
+            "start a new pass each time it is called)"
+        )

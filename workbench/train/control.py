@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 
 from workbench._validate import check_int
-from workbench.train.config import check_lr
+from workbench.train.config import TrainConfig, check_lr
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,44 @@ class Changes:
     def any(self) -> bool:
         """True if at least one setting changes."""
         return any(value is not None for value in dataclasses.astuple(self))
+
+
+@dataclass
+class Settings:
+    """The settings a fit may change while it runs (a dashboard's Apply, a resume's new config): the base lr
+    and the clipping. The one place the current lr lives: each step gives the optimizer's param groups this
+    lr times the schedule's factor; ``config.optimizer.lr`` is only where a fresh run starts.
+
+    Example:
+        >>> settings = Settings.of(TrainConfig())
+        >>> settings.apply(Changes(lr=0.5)), settings.lr
+        (True, 0.5)
+        >>> settings.in_config(TrainConfig()).optimizer.lr
+        0.5
+    """
+
+    lr: float
+    clip_norm: float
+    clip_value: float
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> Settings:
+        """The settings `config` starts with."""
+        return cls(config.optimizer.lr, config.clip_norm, config.clip_value)
+
+    def apply(self, changes: Changes) -> bool:
+        """Take the lr and clipping `changes` sets; True when one of them was set."""
+        for name in ("lr", "clip_norm", "clip_value"):
+            if getattr(changes, name) is not None:
+                setattr(self, name, getattr(changes, name))
+        return (changes.lr, changes.clip_norm, changes.clip_value) != (None, None, None)
+
+    def in_config(self, config: TrainConfig) -> TrainConfig:
+        """`config` as training runs now: with these settings in force."""
+        optimizer = dataclasses.replace(config.optimizer, lr=self.lr)
+        return dataclasses.replace(
+            config, optimizer=optimizer, clip_norm=self.clip_norm, clip_value=self.clip_value
+        )
 
 
 class TrainControl:
@@ -121,6 +159,70 @@ class TrainControl:
             changes, self._pending = self._pending, Changes()
             return changes
 
+    def take_changes(self) -> Changes:
+        """Return and clear the pending changes without waiting (a launcher forwarding them)."""
+        with self._condition:
+            changes, self._pending = self._pending, Changes()
+            return changes
+
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class ControlMessage:
+    """Requests on their way from a controller to a loop in another process, or from rank 0 to the other
+    ranks: stop, pause (True) or resume (False; None: unchanged), and the `Changes`. One encoding for the
+    launcher's pipe to rank 0 and the broadcast across ranks: `encode` and `decode`.
+
+    Example:
+        >>> message = ControlMessage(stop=False, paused=True, changes=Changes(lr=0.01))
+        >>> ControlMessage.decode(message.encode()) == message
+        True
+    """
+
+    stop: bool = False
+    paused: bool | None = None
+    changes: Changes = Changes()
+
+    @classmethod
+    def take(cls, control: TrainControl, paused: bool) -> ControlMessage:
+        """What `control` asks for now, without waiting: a stop alone, else the pause state when it differs
+        from `paused` (the last one sent) and the changes pending (taken: sent once)."""
+        if control.stop_requested:
+            return cls(stop=True)
+        return cls(
+            paused=control.paused if control.paused != paused else None, changes=control.take_changes()
+        )
+
+    def empty(self) -> bool:
+        """Nothing to send."""
+        return not self.stop and self.paused is None and not self.changes.any()
+
+    def encode(self) -> list[float]:
+        """The message as floats (NaN: unset), the same on a pipe and in a broadcast tensor."""
+        c = self.changes
+        values = [float(self.stop), self.paused, c.lr, c.clip_norm, c.clip_value, c.profile_steps]
+        return [math.nan if value is None else float(value) for value in values]
+
+    @classmethod
+    def decode(cls, values: list[float]) -> ControlMessage:
+        """The message `encode` made."""
+        stop, paused, lr, clip_norm, clip_value, profile = (None if math.isnan(v) else v for v in values)
+        changes = Changes(lr, clip_norm, clip_value, None if profile is None else int(profile))
+        return cls(stop=bool(stop), paused=None if paused is None else bool(paused), changes=changes)
+
+    def apply_to(self, control: TrainControl) -> None:
+        """Make `control` (the receiving loop's) ask for the same."""
+        if self.paused is not None:
+            control.pause() if self.paused else control.resume()
+        if self.stop:
+            control.stop()
+        c = self.changes
+        if c.lr is not None:
+            control.set_lr(c.lr)
+        if c.clip_norm is not None or c.clip_value is not None:
+            control.set_clipping(norm=c.clip_norm, value=c.clip_value)
+        if c.profile_steps is not None:
+            control.profile(c.profile_steps)

@@ -69,10 +69,15 @@ def clip_by_norm_(params: Sequence[torch.Tensor], max_norm: float, norm: torch.T
 
 
 def _by_kind(tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
-    """The DTensors and the plain tensors of `tensors`, as separate non-empty lists."""
-    dtensors = [t for t in tensors if is_dtensor(t)]
-    plain = [t for t in tensors if not is_dtensor(t)]
-    return [group for group in (plain, dtensors) if group]
+    """The plain tensors of `tensors`, then its DTensors by device mesh (torch combines DTensors of one
+    mesh only: FSDP over tensor parallel leaves some on the 2-D mesh, the rest on the data dimension's), as
+    separate non-empty lists."""
+    groups: dict[object, list[torch.Tensor]] = {}
+    for tensor in tensors:
+        key = tensor.device_mesh if is_dtensor(tensor) else None
+        groups.setdefault(key, []).append(tensor)
+    plain = groups.pop(None, [])
+    return ([plain] if plain else []) + list(groups.values())
 
 
 def clip_(

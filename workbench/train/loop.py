@@ -16,11 +16,8 @@ The loop publishes plain-dict events to callbacks (`workbench.train.events`) and
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
 import os
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,41 +26,29 @@ from typing import Any
 
 import torch
 
-from workbench.data import Dataset, as_splits, split_size
+from workbench.data import as_splits
 from workbench.train import gradients
-from workbench.train.arguments import check_arguments, check_optimizer
-from workbench.train.batches import (
-    device_batches,
-    lockstep,
-    needs_lockstep,
-    split_loaders,
-    step_groups,
-    with_last,
-)
-from workbench.train.compilation import CompileWatch, check_can_compile, compile_module
+from workbench.train.arguments import check_arguments, check_device, check_optimizer, check_training_split
+from workbench.train.batches import check_epoch_trained, count_steps, epoch_steps, split_loaders
+from workbench.train.compilation import check_can_compile, compile_module
 from workbench.train.config import TrainConfig
-from workbench.train.control import Changes, TrainControl
+from workbench.train.control import Changes, Settings, TrainControl
 from workbench.train.evaluation import evaluate_shard
-from workbench.train.events import Callback, CallbackList, Event
+from workbench.train.event_schema import FitEndEvent, FitStartEvent, eval_event, fit_end_event, step_event
+from workbench.train.events import Callback, CallbackList
+from workbench.train.instruments import StepInstruments
 from workbench.train.log_window import LogWindow
-from workbench.train.loss_check import NonFiniteLossError, loss_sum_over_ranks, non_finite_message
-from workbench.train.memory import StepMemoryProbe
+from workbench.train.loss_check import NonFiniteLossError, check_finite
 from workbench.train.metrics_log import MetricsLog
 from workbench.train.objective import Objective, StepFn
 from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor, optimizer_step
 from workbench.train.precision import resolve_precision
-from workbench.train.profiling import ProfileResult, StepProfiler
-from workbench.train.run_dir import (
-    LoopPosition,
-    RunDir,
-    capture_training_state,
-    restore_training_state,
-    resume_path,
-)
-from workbench.train.run_lock import RunLock
-from workbench.train.step_time import NO_CLOCK, Clock, StepClock, takes_clock
+from workbench.train.profiling import ProfileResult
+from workbench.train.run_dir import LoopPosition, RunDir
+from workbench.train.run_record import RunRecord
+from workbench.train.step_time import NO_CLOCK, Clock, clocked_forward_backward
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
-from workbench.train.supervision import current_supervision
+from workbench.train.supervision import supervised_config, supervised_control_and_callbacks
 
 __all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "StepFn", "Trainer"]
 
@@ -88,6 +73,21 @@ class FitResult:
     train_loss: float | None
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     checkpoint: Path | None = None
+
+    @classmethod
+    def of(
+        cls,
+        status: str,
+        step: int,
+        epoch: int,
+        seconds: float,
+        last: dict[str, dict[str, float]],
+        checkpoint: Path | None,
+    ) -> FitResult:
+        """The result of a fit whose `last` metrics per split (``"train"``: its loss) are known."""
+        metrics = {split: values for split, values in last.items() if split != "train"}
+        train_loss = last.get("train", {}).get("loss")
+        return cls(status, step, epoch, seconds, train_loss, metrics, checkpoint)
 
 
 class Trainer:
@@ -154,28 +154,19 @@ class Trainer:
         strategy: Strategy | None = None,
     ) -> None:
         check_arguments(model, config, strategy, callbacks, optimizer_factory)
-        self.config = config if config is not None else TrainConfig()
+        self.config = supervised_config(config)  # inside a launcher's workers: Launch(config=...)'s
         self.strategy = strategy if strategy is not None else SingleDevice(self.config.device)
-        splits = as_splits(splits)
-        train = splits.train
-        if (len(train) if isinstance(train, Dataset) else split_size(train)) == 0:
-            raise ValueError("splits.train is empty (the training split); give it at least one sample")
-        task = train.task if isinstance(train, Dataset) else None
-        self.objective = Objective(
-            loss_fn, step_fn, metrics, classification=None if task is None else task == "classification"
-        )
+        self.loss_fn, self.splits = loss_fn, as_splits(splits)
+        check_training_split(self.splits.train)
+        self.objective = Objective.for_data(loss_fn, step_fn, metrics, self.splits.train)
         self.strategy.check_objective(self.objective)
-        self._strategy_takes_clock = takes_clock(self.strategy.forward_backward)
+        self._forward_backward = clocked_forward_backward(self.strategy)
         self.run = run
         self.run_dir = RunDir.named(run, runs_dir) if run is not None else None
         self.strategy.bind()
         self.strategy.validate(model, self.config)
         self.device = self.strategy.device
-        if self.config.device not in ("auto", self.device.type):
-            raise ValueError(
-                f"config.device={self.config.device!r} but the strategy trains on {self.device}; "
-                "use device='auto' with a distributed strategy"
-            )
+        check_device(self.config, self.device)
         self.precision = resolve_precision(self.config.precision, self.device)
         check_can_compile(self.config.compile, self.device)
         self.rank, self.world_size = self.strategy.rank, self.strategy.world_size
@@ -183,62 +174,26 @@ class Trainer:
         # the module the training steps call: compiled with TrainConfig(compile=...), else the model
         compiling = self.config.compile != "off"
         self._step_model = compile_module(self.model, self.config.compile) if compiling else self.model
-        self._compile_watch: CompileWatch | None = None
-        self.compile_report: dict[str, Any] | None = None  # the last fit's compile totals (compile=...)
-        self.loss_fn = loss_fn
-        self.splits = splits
-        supervision = current_supervision()  # a launcher's event stream and control, inside its workers
-        if control is None:
-            control = supervision.control if supervision.control is not None else TrainControl()
-        self.control = control
-        callbacks = [*supervision.callbacks, *callbacks]
+        # inside a launcher's workers: its control (unless given) and its event stream
+        self.control, callbacks = supervised_control_and_callbacks(control, callbacks)
         if self.run_dir is not None and self.strategy.is_main:
             callbacks.insert(0, MetricsLog(self.run_dir.path))
         self.events = CallbackList(callbacks)
         factory = optimizer_factory if optimizer_factory is not None else build_optimizer
         self.optimizer = check_optimizer(factory(self.model.parameters(), self.config.optimizer))
         self.scaler = self.precision.scaler()
-        self._loaders = split_loaders(splits, self.config, self.strategy)
-        if "train" not in self._loaders:
-            raise ValueError(
-                "the training split gives no batches (every batch dropped: drop_last with "
-                "fewer samples per rank than batch_size); lower batch_size or set drop_last=False"
-            )
-        batches = self._loaders["train"].length
-        # None: an iterable dataset without __len__ (progress shows the steps done, no total)
-        self.steps_per_epoch = None if batches is None else math.ceil(batches / self.config.accumulate)
-        self.total_steps = None if batches is None else self.steps_per_epoch * self.config.epochs
-        schedule = self.config.optimizer.schedule
-        if self.total_steps is None and schedule != "constant":
-            raise ValueError(
-                f"schedule={schedule!r} needs the number of steps, but the training split's length is "
-                "unknown (an IterableDataset without __len__); give the dataset a __len__ or use "
-                "schedule='constant' (warm-up still works)"
-            )
+        self._loaders = split_loaders(self.splits, self.config, self.strategy)
+        self.steps_per_epoch, self.total_steps = count_steps(self._loaders, self.config)
         # Where the loop stands; a checkpoint holds exactly these plus the model/optimizer/RNG state.
         self.step = 0
         self.epoch = 0
         self._position = 0  # micro-batches of the current epoch already used
-        self.lr = self.config.optimizer.lr
+        self.settings = Settings.of(self.config)  # the lr and clipping in force
         self._resume_changes = ""  # the optimizer settings a resume changed, as one line
-        self.clip_norm = self.config.clip_norm
-        self.clip_value = self.config.clip_value
-        self.checkpoint: Path | None = None
+        self.record = RunRecord(self.run_dir, self.strategy, self.config)  # lock, config.json, checkpoints
         self._last: dict[str, dict[str, float]] = {}
-        # a fit measures memory at its second step (its first when it has one): the first also does
-        # one-off work (a pipeline's shape inference), and from the second on the optimizer state exists
-        self._memory_step = 1
-        self._memory: dict[str, Any] | None = None  # measured, to send with the next logged step
-        self._profiler: StepProfiler | None = None
-        self._profile_published = False  # the finished profile went out with a step event
-        self.profile: ProfileResult | None = None  # the last fit's profile (TrainConfig.profile_steps)
-        steps = self.config.profile_steps
-        if steps is not None and self.total_steps is not None and steps[1] > self.total_steps:
-            raise ValueError(
-                f"profile_steps={steps!r} ends after the fit's last step ({self.total_steps} = "
-                f"{self.steps_per_epoch} steps × {self.config.epochs} epochs); "
-                f"choose steps ≤ {self.total_steps}"
-            )
+        steps = (self.total_steps, self.steps_per_epoch)
+        self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
 
     # ------------------------------------------------------------------ public
 
@@ -258,6 +213,21 @@ class Trainer:
     def worker_pids(self) -> None:
         """None: a Trainer trains in this process (`Job`)."""
         return None
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """The last checkpoint written or resumed from (a trainer with ``run=``)."""
+        return self.record.checkpoint
+
+    @property
+    def profile(self) -> ProfileResult | None:
+        """The last fit's torch.profiler summary (``TrainConfig.profile_steps``, or the Profile button)."""
+        return self.instruments.profile
+
+    @property
+    def compile_report(self) -> dict[str, Any] | None:
+        """The last fit's compile totals (``TrainConfig(compile=...)``): seconds, graphs, graph breaks."""
+        return self.instruments.compile_report
 
     def fit(self, resume: bool | str | os.PathLike = False) -> FitResult:
         """Train until the configured epochs are done or a stop is requested.
@@ -279,35 +249,12 @@ class Trainer:
                 f"{type(resume).__name__} {resume!r}"
             )
         started = time.perf_counter()
-        lock = self._lock_run_dir()
-        try:
+        with self.record.held(), self.instruments.watching_fit():
             status = self._fit(resume)
-        finally:
-            if lock is not None:
-                lock.release()
-        train = self._last.get("train", {})
-        return FitResult(
-            status=status,
-            step=self.step,
-            epoch=self.epoch,
-            seconds=time.perf_counter() - started,
-            train_loss=train.get("loss"),
-            metrics={k: v for k, v in self._last.items() if k != "train"},
-            checkpoint=self.checkpoint,
-        )
+        seconds = time.perf_counter() - started
+        return FitResult.of(status, self.step, self.epoch, seconds, self._last, self.checkpoint)
 
     def _fit(self, resume: bool | str | os.PathLike) -> str:
-        watch = CompileWatch() if self.config.compile != "off" else None
-        with watch if watch is not None else contextlib.nullcontext():
-            self._compile_watch = watch
-            try:
-                return self._fit_watched(resume)
-            finally:
-                self._compile_watch = None
-                if watch is not None:
-                    self.compile_report = watch.report()
-
-    def _fit_watched(self, resume: bool | str | os.PathLike) -> str:
         self._start(resume)
         status = "finished"
         try:
@@ -316,40 +263,15 @@ class Trainer:
                 if not self._run_epoch():
                     status = "stopped"
                     break
-            if status == "stopped" or self._due_checkpoint():
+            if status == "stopped" or self.record.due(self.epoch):
                 self._save()
         except BaseException as error:
-            self._finish_profile()
+            self.instruments.finish()
             self.events.on_fit_end(self._summary("failed", error))
             raise
-        self._finish_profile()
+        self.instruments.finish()
         self.events.on_fit_end(self._summary(status, None))
         return status
-
-    def _finish_profile(self) -> None:
-        """Write the profile of a fit that ended before (or right after) its last profiled step."""
-        if self._profiler is not None:
-            self._profiler.finish()
-            self.profile = self._profiler.result
-
-    def _lock_run_dir(self) -> RunLock | None:
-        """Rank 0 of a named run holds its directory for the fit: a second fit on it is refused."""
-        if self.run_dir is None or not self.strategy.is_main:
-            return None
-        lock = RunLock(self.run_dir.path)
-        try:
-            lock.acquire()
-        except OSError as error:  # no such directory, read-only, permission denied
-            raise OSError(
-                f"cannot write the run directory {self.run_dir.path} ({error.strerror or error}); "
-                "choose runs_dir= on a writable disk, or train without run=",
-            ) from None
-        if lock.took_over:
-            print(
-                f"{self.run_dir.path}: took over the lock of a run that is gone ({lock.took_over})",
-                file=sys.stderr,
-            )
-        return lock
 
     def evaluate(self, split: str = "val") -> dict[str, float]:
         """Mean loss and metrics (accuracy for classification, and the `metrics` given) of the model on
@@ -365,13 +287,8 @@ class Trainer:
 
     def _run_epoch(self) -> bool:
         """Run the rest of the current epoch; False if a stop was requested."""
-        loader = self._loaders["train"]
-        loader.set_epoch(self.epoch)
         interval = LogWindow()
-        groups = step_groups(device_batches(loader, self.device, self._position), self.config.accumulate)
-        if needs_lockstep(loader, self.strategy):
-            groups = lockstep(groups, self.strategy)
-        batches = iter(with_last(groups))
+        batches = epoch_steps(self._loaders["train"], self.epoch, self._position, self.config, self.strategy)
         from_start, steps_before = self._position == 0, self.step
         while True:
             fetching = time.perf_counter()
@@ -386,41 +303,25 @@ class Trainer:
                 self._check_finite(interval)  # never checkpoint a model that saw a non-finite loss
                 return False
             logged = (self.step + 1) % self.config.log_every == 0 or last
-            clock = NO_CLOCK
-            if logged and self.config.time_breakdown:
-                clock = StepClock(self.device, started=time.perf_counter())
-                clock.add("data", paused_at - fetching)
-            if self._profiler is not None:
-                self._profiler.before_step(self.step + 1)
+            clock = self.instruments.before_step(self.step + 1, logged, data_s=paused_at - fetching)
             loss, samples, grad_norm, checked_sum = self._run_step(group, interval if logged else None, clock)
-            if self._compile_watch is not None:  # compiling is reported apart, not as the step's time
-                compiled = self._compile_watch.take()
-                interval.exclude(sum(compiled.values()))
-                for phase, seconds in compiled.items():
-                    clock.set_aside(phase, seconds)
             self.step += 1
-            if self._profiler is not None:
-                self._profiler.after_step(self.step)
+            self.instruments.after_step(self.step, interval, clock)  # compile seconds leave the step's time
             self._position += len(group)
             interval.add(loss, samples)
             if logged:
                 self._publish_step(interval, grad_norm, checked_sum, clock)
                 interval = LogWindow()
-        if from_start and self.step == steps_before:
-            raise ValueError(
-                f"the training data gave no batch in epoch {self.epoch + 1}, so nothing was trained: an "
-                "IterableDataset whose __iter__ yields nothing (or a generator already used up: __iter__ "
-                "must start a new pass each time it is called)"
-            )
+        check_epoch_trained(self.epoch, from_start, self.step - steps_before)
         self.epoch += 1
         self._position = 0
-        if self._due_checkpoint():  # before evaluating: a metric that fails costs its epoch nothing
+        if self.record.due(self.epoch):  # before evaluating: a metric that fails costs its epoch nothing
             self._save()
         for split in ("val", "test"):
             metrics = self.evaluate(split)
             if metrics:
                 self._last[split] = metrics
-                self.events.on_eval(self._event(epoch=self.epoch - 1, split=split, **metrics))
+                self.events.on_eval(eval_event(self.step, self.epoch - 1, self.rank, split, metrics))
         return True
 
     def _run_step(
@@ -436,19 +337,10 @@ class Trainer:
         measure = check is not None
         self.model.train()
         samples = sum(self.objective.samples(batch) for batch in group)
-        probe = StepMemoryProbe(self.model, self.device) if self.step + 1 == self._memory_step else None
         clock.mark("other")
-        with probe if probe is not None else contextlib.nullcontext():
+        with self.instruments.measuring_memory(self.step + 1, self.model):
             parts = (self._step_model, group, self.objective, self.precision, self.scaler)
-            if self._strategy_takes_clock:
-                step_loss = self.strategy.forward_backward(*parts, clock)
-            else:  # a strategy's own forward_backward written before the clock existed
-                step_loss = self.strategy.forward_backward(*parts)
-                clock.mark("forward")
-                clock.explain(
-                    f"{type(self.strategy).__name__}.forward_backward takes no clock argument: its copy, "
-                    "forward, backward and communication are all counted as forward"
-                )
+            step_loss = self._forward_backward(*parts, clock)
         if step_loss is None:  # a rank that computes no loss (a pipeline stage before the last)
             step_loss = torch.zeros((), device=self.device)
         checked_sum = self._check_finite(check, step_loss) if check is not None else None
@@ -457,17 +349,16 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)
         grad_norm = gradients.clip_(
             self.model.parameters(),
-            clip_value=self.clip_value,
-            clip_norm=self.clip_norm,
+            clip_value=self.settings.clip_value,
+            clip_norm=self.settings.clip_norm,
             norm_of=self.strategy.total_norm,
             measure=measure,
         )
         schedule = self.config.optimizer
         factor = lr_factor(schedule.schedule, self.step, self.total_steps or 0, schedule.warmup_steps)
-        optimizer_step(self.optimizer, self.scaler, self.lr * factor)
+        optimizer_step(self.optimizer, self.scaler, self.settings.lr * factor)
         clock.mark("optimizer")
-        if probe is not None:
-            self._memory = probe.report(self.optimizer)
+        self.instruments.optimizer_stepped(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         clock.mark("other")
         return step_loss, samples, grad_norm, checked_sum
@@ -484,37 +375,9 @@ class Trainer:
 
     def _apply(self, changes: Changes) -> None:
         if changes.profile_steps is not None:
-            self._request_profile(changes.profile_steps)
-        if changes.lr is not None:
-            self.lr = changes.lr
-        if changes.clip_norm is not None:
-            self.clip_norm = changes.clip_norm
-        if changes.clip_value is not None:
-            self.clip_value = changes.clip_value
-        if (changes.lr, changes.clip_norm, changes.clip_value) != (None, None, None):
-            self._write_config()
-
-    def _write_config(self) -> None:
-        """config.json as training runs now: the config, with the lr and clipping in force (a dashboard's
-        change, or a resume's), so that the run's record never says what no step used."""
-        if self.run_dir is None or not self.strategy.is_main:  # one writer, also on a shared filesystem
-            return
-        optimizer = dataclasses.replace(self.config.optimizer, lr=self.lr)
-        self.run_dir.write_config(
-            dataclasses.replace(
-                self.config, optimizer=optimizer, clip_norm=self.clip_norm, clip_value=self.clip_value
-            )
-        )
-
-    def _request_profile(self, steps: int) -> None:
-        """Profile the next `steps` optimizer steps (a control request) unless one is scheduled or running."""
-        if self._profiler is not None and self._profiler.result is None:
-            return
-        first = self.step + 1
-        last = first + steps - 1 if self.total_steps is None else min(first + steps - 1, self.total_steps)
-        directory = self.run_dir.path if self.run_dir is not None else None
-        self._profiler = StepProfiler((first, max(first, last)), self.device, directory, self.rank)
-        self._profile_published = False
+            self.instruments.request_profile(changes.profile_steps, self.step)
+        if self.settings.apply(changes):
+            self.record.write_config(self.settings)  # the record never says what no step used
 
     # ------------------------------------------------------------------ events
 
@@ -522,121 +385,57 @@ class Trainer:
         self, window: LogWindow, grad_norm: float | None, all_ranks_sum: float | None, clock: Clock
     ) -> None:
         metrics = {**window.step_metrics(self.strategy, all_ranks_sum), **self.strategy.step_details()}
-        if self._memory is not None:
-            metrics["memory"], self._memory = self._memory, None
-        if isinstance(clock, StepClock):
-            metrics["step_time"] = clock.report()
-        profiler = self._profiler
-        if profiler is not None and profiler.result is not None and not self._profile_published:
-            self.profile, self._profile_published = profiler.result, True
-            metrics["profile"] = profiler.result.event()
-        if self._compile_watch is not None:
-            metrics["compile"] = self._compile_watch.report()
+        metrics.update(self.instruments.step_metrics(clock))  # memory, step_time, profile, compile
         self._last["train"] = {"loss": metrics["loss"]}
+        lr = self.optimizer.param_groups[0]["lr"]
         self.events.on_step(
-            self._event(lr=self.optimizer.param_groups[0]["lr"], grad_norm=grad_norm, **metrics)
+            step_event(self.step, self.epoch, self.rank, lr=lr, grad_norm=grad_norm, **metrics)
         )
 
-    def _event(self, **metrics: Any) -> Event:
-        return {"step": self.step, "epoch": self.epoch, **metrics, "rank": self.rank, "time": time.time()}
+    def _info(self) -> FitStartEvent:
+        info = FitStartEvent(
+            run=self.run,
+            rank=self.rank,
+            world_size=self.world_size,
+            strategy=self.strategy.describe(),
+            epochs=self.config.epochs,
+            steps_per_epoch=self.steps_per_epoch,
+            total_steps=self.total_steps,
+            start_step=self.step,
+            config=self.config.to_dict(),
+            time=time.time(),
+        )
+        return {**info, "resume_changes": self._resume_changes} if self._resume_changes else info
 
-    def _info(self) -> Event:
-        return {
-            "run": self.run,
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "strategy": self.strategy.describe(),
-            "epochs": self.config.epochs,
-            "steps_per_epoch": self.steps_per_epoch,
-            "total_steps": self.total_steps,
-            "start_step": self.step,
-            "config": self.config.to_dict(),
-            "time": time.time(),
-            **({"resume_changes": self._resume_changes} if self._resume_changes else {}),
-        }
+    def _summary(self, status: str, error: BaseException | None) -> FitEndEvent:
+        extras = {**self.instruments.summary(), **self._last}  # compile totals, the last metrics per split
+        where = (self.step, self.epoch, self.rank)
+        return fit_end_event(*where, status=status, error=error, checkpoint=self.checkpoint, **extras)
 
-    def _summary(self, status: str, error: BaseException | None) -> Event:
-        summary = {
-            "status": status,
-            "error": None if error is None else f"{type(error).__name__}: {error}",
-            "checkpoint": None if self.checkpoint is None else str(self.checkpoint),
-        }
-        if self._compile_watch is not None:
-            summary["compile"] = self._compile_watch.report()
-        summary.update(self._last)
-        return self._event(**summary)
-
-    def _check_finite(self, interval: LogWindow, pending: torch.Tensor | None = None) -> float | None:
-        """Raise NonFiniteLossError if a loss since the last check (plus `pending`) was NaN or infinite.
-
-        Returns the loss sum checked (averaged over ranks), or None when there was nothing to check.
-        """
-        total = interval.loss_sum_with(pending)
-        if total is None:
-            return None
-        value = loss_sum_over_ranks(self.strategy, total)  # one sync checks the whole interval
-        if not math.isfinite(value):
-            first = self.step - interval.steps + 1
-            last = self.step + (1 if pending is not None else 0)
-            state = dict(epoch=self.epoch, checkpoint=self.checkpoint, lr=self.lr, clip_norm=self.clip_norm)
-            message = non_finite_message(value, first, last, precision=self.config.precision, **state)
-            raise NonFiniteLossError(message)
-        return value
+    def _check_finite(self, window: LogWindow, pending: torch.Tensor | None = None) -> float | None:
+        """The loss sum since the last check, over ranks (`check_finite`); raises if NaN or infinite."""
+        where = dict(
+            step=self.step, epoch=self.epoch, checkpoint=self.checkpoint, precision=self.config.precision
+        )
+        return check_finite(self.strategy, window, pending, settings=self.settings, **where)
 
     # ------------------------------------------------------------------ state
 
     def _start(self, resume: bool | str | os.PathLike) -> None:
-        path = self._agreed_resume_path(resume)
-        self._memory = None
-        self._resume_changes = ""
-        if path is None:
+        resumed = self.record.resume(resume, self.model, self.optimizer, self.scaler)
+        self._resume_changes = resumed.describe() if resumed is not None else ""
+        if resumed is None:
             self.step = self.epoch = self._position = 0
             # ranks on different data draw different dropout masks; ranks sharing data (tensor parallel)
             # draw the same ones, so their replicated activations stay equal
             torch.manual_seed(self.config.seed + self.strategy.data_rank)
         else:
-            resumed = restore_training_state(
-                path, self.strategy, self.model, self.optimizer, self.scaler, self.config
-            )
-            where, self._resume_changes = resumed.where, resumed.describe()
-            if self._resume_changes and self.strategy.is_main:
-                print(f"resuming from {path} with new settings: {self._resume_changes}", file=sys.stderr)
+            where = resumed.where
             self.step, self.epoch, self._position = where.step, where.epoch, where.position
-            self.lr, self.clip_norm, self.clip_value = where.lr, where.clip_norm, where.clip_value
-            self.checkpoint = path
-        self._profiler = None  # a request of an earlier fit does not carry over
-        if self.config.profile_steps is not None:
-            directory = self.run_dir.path if self.run_dir is not None else None
-            self._profiler = StepProfiler(self.config.profile_steps, self.device, directory, self.rank)
-            self._profile_published = False
-        known = self.total_steps is not None
-        self._memory_step = self.step + (1 if known and self.total_steps - self.step < 2 else 2)
-        self._write_config()
-
-    def _agreed_resume_path(self, resume: bool | str | os.PathLike) -> Path | None:
-        """Rank 0's answer to "resume from where?", taken by every rank. The run's files change while the
-        ranks look (rank 0 starts the metrics log as soon as it has decided), so ranks deciding alone could
-        disagree: one resuming, another refusing a run that "logged but never saved"."""
-        decision: Path | ValueError | None = None
-        if self.strategy.is_main:
-            try:
-                decision = resume_path(resume, self.run_dir)
-            except ValueError as error:
-                decision = error
-        agreed = self.strategy.gather_object(decision)[0]
-        if isinstance(agreed, ValueError):
-            raise ValueError(str(agreed))
-        return agreed
+            self.settings = Settings(where.lr, where.clip_norm, where.clip_value)
+        self.instruments.start(self.step)
+        self.record.write_config(self.settings)
 
     def _save(self) -> None:
-        """Rank 0 writes the checkpoint (every rank takes part in gathering the state and RNGs)."""
-        if self.run_dir is None:
-            return
-        where = LoopPosition(self.step, self.epoch, self._position, self.lr, self.clip_norm, self.clip_value)
-        state = capture_training_state(
-            self.strategy, self.model, self.optimizer, self.scaler, where, self.config
-        )
-        self.checkpoint = self.run_dir.save(state) if self.strategy.is_main else self.run_dir.checkpoint_path
-
-    def _due_checkpoint(self) -> bool:
-        return self.run_dir is not None and self.epoch % self.config.checkpoint_every == 0
+        where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))
+        self.record.save(where, self.model, self.optimizer, self.scaler)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
 
+from workbench.train.control import Settings
+from workbench.train.log_window import LogWindow
 from workbench.train.strategy import Strategy
 
 
@@ -69,3 +72,28 @@ def non_finite_message(
         f"training loss became {value} {where}, epoch {epoch}; training stopped before the optimizer "
         f"step of step {last}; {memory}; {kept}. Try " + " or ".join(hints) + "."
     )
+
+
+def check_finite(
+    strategy: Strategy,
+    window: LogWindow,
+    pending: torch.Tensor | None,
+    *,
+    step: int,
+    epoch: int,
+    checkpoint: Path | None,
+    settings: Settings,
+    precision: str,
+) -> float | None:
+    """The loss sum of `window`'s steps since the last check, plus `pending` (the running step's), averaged
+    over ranks in one sync; None when there is nothing to check. Raises `NonFiniteLossError` when it is NaN
+    or infinite, saying where (`step`: steps done before `pending`), what was kept and what to try."""
+    total = window.loss_sum_with(pending)
+    if total is None:
+        return None
+    value = loss_sum_over_ranks(strategy, total)
+    if not math.isfinite(value):
+        first, last = step - window.steps + 1, step + (1 if pending is not None else 0)
+        state = dict(epoch=epoch, checkpoint=checkpoint, lr=settings.lr, clip_norm=settings.clip_norm)
+        raise NonFiniteLossError(non_finite_message(value, first, last, precision=precision, **state))
+    return value

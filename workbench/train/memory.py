@@ -91,19 +91,18 @@ class StepMemoryProbe:
         }
 
     def _pack(self, tensor: torch.Tensor) -> Any:
-        storage = local(tensor).untyped_storage()
-        address = storage.data_ptr()
+        address, nbytes = _storage_of(tensor)
         # the parameters registered now: FSDP registers gathered ones only while their layer runs, and
         # frees them after, so their addresses come back as activations
-        params = {local(p).untyped_storage().data_ptr() for p in self.model.parameters()}
-        if address in params or storage.nbytes() == 0:
+        params = {_storage_of(p)[0] for p in self.model.parameters()}
+        if address is None or address in params or nbytes == 0:
             return tensor
         count = self._counts.get(address, 0)
         if count == 0:
-            self.live += storage.nbytes()
+            self.live += nbytes
             self.peak = max(self.peak, self.live)
         self._counts[address] = count + 1
-        return _Saved(tensor, address, storage.nbytes(), self)
+        return _Saved(tensor, address, nbytes, self)
 
     def _release(self, address: int, nbytes: int) -> None:
         count = self._counts[address] - 1
@@ -128,3 +127,13 @@ class _Saved:
 
 def _unpack(saved: Any) -> torch.Tensor:
     return saved.tensor if isinstance(saved, _Saved) else saved
+
+
+def _storage_of(tensor: torch.Tensor) -> tuple[int | None, int]:
+    """The address and bytes of `tensor`'s storage (a DTensor's local one); (None, 0) for a tensor without a
+    storage of its own (a wrapper subclass, a storage FSDP freed: torch refuses its data pointer)."""
+    try:
+        storage = local(tensor).untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    except RuntimeError:
+        return None, 0

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from workbench.data import batch_size_of, describe_batch
+from workbench.data import Dataset, batch_size_of, describe_batch
 from workbench.train.diagnose import explain_loss_error, explain_model_error, raise_explained
 from workbench.train.metrics import Accuracy, Metric, as_metric, is_classification
 
@@ -79,6 +79,14 @@ class Objective:
         self.classification = classification
         self._checked_shapes = False
         self._checked_grad = False
+
+    @classmethod
+    def for_data(cls, loss_fn: Any, step_fn: Any, metrics: Mapping[str, Any] | None, train: Any) -> Objective:
+        """The objective for training on `train`: classification as a workbench `Dataset`'s task says, else
+        decided from the first batch."""
+        task = train.task if isinstance(train, Dataset) else None
+        classification = None if task is None else task == "classification"
+        return cls(loss_fn, step_fn, metrics, classification=classification)
 
     @property
     def source(self) -> str:

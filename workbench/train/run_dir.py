@@ -269,3 +269,21 @@ def resume_path(resume: bool | str | os.PathLike, run_dir: RunDir | None) -> Pat
             )
         return None  # a run that never started: nothing to lose, a fresh start
     return Path(resume) if resume else None
+
+
+def agreed_resume_path(
+    resume: bool | str | os.PathLike, run_dir: RunDir | None, strategy: Strategy
+) -> Path | None:
+    """Rank 0's answer to "resume from where?" (`resume_path`), taken by every rank. The run's files change
+    while the ranks look (rank 0 starts the metrics log as soon as it has decided), so ranks deciding alone
+    could disagree: one resuming, another refusing a run that "logged but never saved"."""
+    decision: Path | ValueError | None = None
+    if strategy.is_main:
+        try:
+            decision = resume_path(resume, run_dir)
+        except ValueError as error:
+            decision = error
+    agreed = strategy.gather_object(decision)[0]
+    if isinstance(agreed, ValueError):
+        raise ValueError(str(agreed))
+    return agreed

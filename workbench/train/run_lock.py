@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -111,3 +112,20 @@ def _describe(record: dict[str, str] | None) -> str:
         return "a process that wrote nothing yet"
     pid, host, since = (record.get(key, "?") for key in ("pid", "host", "since"))
     return f"PID {pid} on {host} has trained it since {since}"
+
+
+def lock_for_fit(run_dir: Path) -> RunLock:
+    """`run_dir` held for one fit (rank 0 of a named run): a second fit on it is refused, naming the
+    holder; a directory that cannot be written is named with the fix; a lock left by a process that is
+    gone is taken over, saying so."""
+    lock = RunLock(run_dir)
+    try:
+        lock.acquire()
+    except OSError as error:  # no such directory, read-only, permission denied
+        raise OSError(
+            f"cannot write the run directory {run_dir} ({error.strerror or error}); choose runs_dir= on a "
+            "writable disk, or train without run=",
+        ) from None
+    if lock.took_over:
+        print(f"{run_dir}: took over the lock of a run that is gone ({lock.took_over})", file=sys.stderr)
+    return lock

@@ -17,16 +17,17 @@ Example:
     ...     current_supervision().control is control
     True
     >>> current_supervision()
-    Supervision(callbacks=(), control=None)
+    Supervision(callbacks=(), control=None, config=None)
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback
 
@@ -38,6 +39,7 @@ class Supervision:
 
     callbacks: tuple[Callback, ...] = ()
     control: TrainControl | None = None
+    config: TrainConfig | None = None  # the launcher's: a trainer's config, the same on every rank
 
 
 _UNSUPERVISED = Supervision()
@@ -59,3 +61,33 @@ def supervised(supervision: Supervision) -> Iterator[Supervision]:
         yield supervision
     finally:
         _CURRENT.reset(token)
+
+
+def supervised_control_and_callbacks(
+    control: TrainControl | None, callbacks: Iterable[Callback]
+) -> tuple[TrainControl, list[Callback]]:
+    """A trainer's control and callbacks under the current supervision: a launcher's control when the
+    trainer was given none (else a fresh one), and its event stream ahead of the trainer's callbacks."""
+    supervision = current_supervision()
+    if control is None:
+        control = supervision.control if supervision.control is not None else TrainControl()
+    return control, [*supervision.callbacks, *callbacks]
+
+
+def supervised_config(config: TrainConfig | None) -> TrainConfig:
+    """A trainer's config under the current supervision: the launcher's when it has one (`Launch(config=)`)
+    and the trainer was given none, or the trainer's own when both are the same; without a launcher's,
+    the trainer's (default `TrainConfig()`). A trainer given another config than its launcher's is refused,
+    naming the settings that differ, so a dashboard never shows one config while the workers train with
+    another."""
+    launched = current_supervision().config
+    if launched is None or config is None:
+        return config if config is not None else launched if launched is not None else TrainConfig()
+    if config != launched:
+        ours, theirs = config.to_dict(), launched.to_dict()
+        differ = [f"{k}: {ours[k]!r} here, {theirs[k]!r} in Launch" for k in ours if ours[k] != theirs.get(k)]
+        raise ValueError(
+            "this Trainer's config is not the one given to Launch(config=...), which the dashboard shows "
+            f"({'; '.join(differ[:4])}); pass the same config to both, or none to the Trainer to use Launch's"
+        )
+    return config

@@ -19,7 +19,6 @@ A cell blocked in `wait()`, or any busy cell, holds every click until it ends: t
 
 from __future__ import annotations
 
-import asyncio
 import html
 import threading
 import time
@@ -30,6 +29,7 @@ import ipywidgets as widgets
 from workbench.monitor import DeviceSampler
 from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.job import Job
+from workbench.train.job_runner import JobRunner
 from workbench.widgets._display import widget_bundle
 from workbench.widgets._kernel import acknowledge_widget_message, running_cell_parent
 from workbench.widgets.deferred import DeferredCallbacks
@@ -43,7 +43,6 @@ from workbench.widgets.throttle import Throttle
 
 PROFILE_STEPS = 5  # steps the Profile button traces
 _PUSHES_PER_S = 4  # progress bar and status text, drawn by a timer thread, not the training thread
-_GRACE_S = 5.0  # after an interrupt, how long a Launch's workers get to stop at a step boundary
 
 
 class Dashboard(Callback):
@@ -102,9 +101,8 @@ class Dashboard(Callback):
         self.device_monitor = DeviceMonitor(loss=True) if monitor else None
         if self.sampler is not None and trainer.worker_pids() is not None:  # workers: sample each too
             self.sampler.watch(lambda: trainer.worker_pids() or {})
-        self._thread: threading.Thread | None = None
-        self._result: Any = None  # a FitResult, or rank 0's return value for a Launch
-        self._error: BaseException | None = None
+        # the training thread, wait/wait_async and interrupts: the runner's; this class draws and forwards
+        self.runner = JobRunner(trainer, before=self._begin, after=self._end)
         self._latest: Event | None = None
         self._last_eval: dict[str, Event] = {}
         self._rank_rates: dict[int, float] = {}  # rank → samples/s at its last logged step
@@ -213,28 +211,24 @@ class Dashboard(Callback):
     @property
     def running(self) -> bool:
         """True while the training thread runs."""
-        return self._thread is not None and self._thread.is_alive()
+        return self.runner.running
 
     def start(self, resume: bool = False) -> None:
         """Train in a background thread (the Start button); `resume` as in `Trainer.fit`."""
-        if self.running:
-            raise RuntimeError("training is already running; Stop it or wait() for it first")
-        self._begin()
-        self._thread = threading.Thread(
-            target=self._train, args=(resume,), name="workbench-train", daemon=True
-        )
-        self._thread.start()
+        self.runner.start(resume)
 
     def _begin(self) -> None:
-        self._result, self._error = None, None
         self._latest, self._rank_rates, self._last_eval, self._profile = None, {}, {}, None
         self.profile_info.value = ""
         self.error.value = ""
-        self.control.reset()
         self._set_running_buttons(True)
         if self.sampler is not None and self.device_monitor is not None:
             self._unsubscribe = self.sampler.subscribe(self.device_monitor.update)
             self.sampler.start()
+
+    def _end(self) -> None:
+        self._stop_sampler()
+        self._set_running_buttons(False)
 
     def stop(self) -> None:
         """Finish the current step, save a checkpoint, end training (the Stop button)."""
@@ -263,15 +257,7 @@ class Dashboard(Callback):
         handle the buttons. Interrupting stops training at the next step boundary; a `Launch` whose workers
         do not get there within 5 s is terminated.
         """
-        thread = self._started_thread()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            while thread.is_alive():
-                self._check_deadline(deadline, timeout)
-                thread.join(0.1)
-        except KeyboardInterrupt:
-            self._stop_after_interrupt()
-        return self._outcome()
+        return self.runner.wait(timeout)
 
     async def wait_async(self, timeout: float | None = None) -> Any:
         """`wait` for a notebook cell (``result = await dashboard.wait_async()``): the buttons keep working.
@@ -280,54 +266,15 @@ class Dashboard(Callback):
         also under Run All, where the cells below wait their turn. Interrupting the kernel stops training
         as in `wait`.
         """
-        thread = self._started_thread()
-        deadline = None if timeout is None else time.monotonic() + timeout
         self._set_awaiting_cell(running_cell_parent())
         try:
-            while thread.is_alive():
-                self._check_deadline(deadline, timeout)
-                await asyncio.sleep(0.05)
-        except (KeyboardInterrupt, asyncio.CancelledError):  # an interrupt cancels an awaiting cell
-            self._stop_after_interrupt()
+            return await self.runner.wait_async(timeout)
         finally:
             self._set_awaiting_cell(None)
-        return self._outcome()
 
     def _set_awaiting_cell(self, parent: dict[str, Any] | None) -> None:
         """Who the widgets' acknowledgements say "busy" for again (see widgets/_kernel.py)."""
         self._awaiting_cell = self.loss_plot.awaiting_cell = self.metric_plot.awaiting_cell = parent
-
-    def _started_thread(self) -> threading.Thread:
-        if self._thread is None:
-            raise RuntimeError("nothing to wait for: call start() (or press Start) first")
-        return self._thread
-
-    @staticmethod
-    def _check_deadline(deadline: float | None, timeout: float | None) -> None:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise TimeoutError(f"training still running after {timeout} s")
-
-    def _stop_after_interrupt(self) -> None:
-        """Stop at a step boundary (terminate after 5 s), then raise one line saying what was stopped."""
-        assert self._thread is not None
-        self.control.stop()
-        self._thread.join(_GRACE_S)
-        terminated = self._thread.is_alive()
-        if terminated:
-            self.trainer.terminate()  # e.g. a Launch's workers that do not reach a step boundary in time
-        self._thread.join()
-        what = self.trainer.describe().split(" (", 1)[0]  # "2 processes", "1 process on cpu"
-        if terminated:
-            message = f"terminated {what} after KeyboardInterrupt: no step boundary within {_GRACE_S:g} s"
-        else:
-            message = f"stopped training ({what}) at step {self.trainer.step} after KeyboardInterrupt"
-        raise KeyboardInterrupt(message) from None
-
-    def _outcome(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
 
     def fit(self, resume: bool = False) -> Any:
         """Train on the calling thread with the dashboard attached; blocks, returns or raises.
@@ -337,29 +284,14 @@ class Dashboard(Callback):
         slower in a second thread there (glibc gives it its own malloc arena, which returns large blocks to
         the OS after each step, so the next step page-faults them back).
         """
-        if self.running:
-            raise RuntimeError("training is already running; Stop it or wait() for it first")
-        self._begin()
-        self._thread = None
-        self._train(resume)
-        return self._outcome()
+        return self.runner.run_here(resume)
 
     def close(self) -> None:
         """Stop training and sampling and close the widgets."""
         self.control.stop()
-        if self._thread is not None:
-            self._thread.join()
+        self.runner.join()
         self._stop_sampler()
         self.widget.close()
-
-    def _train(self, resume: bool) -> None:
-        try:
-            self._result = self.trainer.fit(resume=resume)
-        except BaseException as error:  # shown in the widget and re-raised by wait()
-            self._error = error
-        finally:
-            self._stop_sampler()
-            self._set_running_buttons(False)
 
     def _stop_sampler(self) -> None:
         if self.sampler is not None and self.sampler.running:

@@ -19,7 +19,7 @@ from workbench.devices.datasheets import DATASHEETS
 from workbench.estimate import MemoryEstimate, estimate_memory, profile_model, training_flops
 from workbench.estimate.hardware import Hardware, hardware_from_datasheet
 from workbench.estimate.plan import TrainingEstimate, estimate_training
-from workbench.parallel.registry import STRATEGIES
+from workbench.parallel.strategies.registry import STRATEGIES
 from workbench.tables import html_table
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets._figure_widget import FigureWidget

@@ -16,23 +16,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as widgets
-import plotly.colors
 
 from workbench._validate import check_int
 from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.metrics_log import read_metrics
 from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets._kernel import acknowledge_widget_message
+from workbench.widgets.curve_style import (
+    RAW_OPACITY,
+    RUN_COLORS,
+    SPLITS,
+    curve_order,
+    curve_style,
+    restyle,
+    smoothed,
+)
 from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
 from workbench.widgets.series import DownsampledSeries, ema
-
-SPLITS = ("train", "val", "test")
-_RUN_COLORS = plotly.colors.qualitative.Plotly  # several runs: a colour per run, a dash per split
-_SPLIT_COLORS = {"train": "#1f77b4", "val": "#ff7f0e", "test": "#2ca02c"}  # one run: a colour per split
-_METRIC_COLORS = ("#9467bd", "#d62728", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
-_RANK_COLORS = ("#17becf", "#e377c2", "#bcbd22", "#7f7f7f", "#8c564b", "#d62728")  # not the splits'
-_RANK_DASHES = ("dot", "dashdot", "longdash", "longdashdot")  # several runs: one per rank, repeating
-_RAW_OPACITY = 0.25  # the unsmoothed curve behind a smoothed one
 
 
 @dataclass
@@ -270,7 +270,7 @@ class LossPlot(LiveFigure, Callback):
             name = f"run {number}"
         run = self._runs.get(name)
         if run is None:
-            run = _Run(name, _RUN_COLORS[len(self._runs) % len(_RUN_COLORS)], {})
+            run = _Run(name, RUN_COLORS[len(self._runs) % len(RUN_COLORS)], {})
             self._runs[name] = run
         if fresh or not run.series:
             run.series = {split: DownsampledSeries(self.max_points) for split in SPLITS}
@@ -308,19 +308,19 @@ class LossPlot(LiveFigure, Callback):
             if not curves:
                 return
             order = {name: i for i, name in enumerate(self._runs)}
-            curves.sort(key=lambda c: (order[c[0].name], _curve_order(c[1])))
+            curves.sort(key=lambda c: (order[c[0].name], curve_order(c[1])))
             smoothing = self.smoothing
             with self.figure.batch_update():
                 for run, split, x, y in curves:
-                    style = _curve_style(run, split, several=several, metric_names=metric_names)
+                    style = curve_style(run.color, split, several=several, metric_names=metric_names)
                     trace = self._traces.get((run.name, split))
                     if trace is None:
                         if len(x) == 0:
                             continue
                         trace = self._add_trace(run, split, style)
                     elif several != self._several_runs_drawn:
-                        _restyle(trace, style)
-                    if _smoothed(split):
+                        restyle(trace, style)
+                    if smoothed(split):
                         self._draw_smoothed(run, split, style, trace, x, y, smoothing)
                     else:
                         trace.x, trace.y = x, y
@@ -339,7 +339,7 @@ class LossPlot(LiveFigure, Callback):
                 showlegend=False,
                 mode="lines",
                 line={"color": style["color"], "width": 1},
-                opacity=_RAW_OPACITY,
+                opacity=RAW_OPACITY,
                 hoverinfo="skip",
             )
             raw = self.figure.data[-1]
@@ -360,7 +360,7 @@ class LossPlot(LiveFigure, Callback):
             hovertemplate=f"{run.name} {split}<br>step %{{x:.0f}}<br>%{{y:.4g}}<extra></extra>",
         )
         trace = self.figure.data[-1]
-        _restyle(trace, style)
+        restyle(trace, style)
         self._traces[(run.name, split)] = trace
         return trace
 
@@ -373,74 +373,9 @@ class LossPlot(LiveFigure, Callback):
 
     def _on_smoothing(self, change: dict[str, Any]) -> None:
         with self._data_lock:
-            self._changed.update(key for key in self._traces if _smoothed(key[1]))
+            self._changed.update(key for key in self._traces if smoothed(key[1]))
         self.flush()
         acknowledge_widget_message(self.awaiting_cell)
-
-
-def _smoothed(curve: str) -> bool:
-    """Curves drawn through the EMA: the per-step ones (train, each rank's)."""
-    return curve == "train" or curve.startswith("rank ")
-
-
-def _curve_style(run: _Run, curve: str, *, several: bool, metric_names: dict[str, int]) -> dict[str, Any]:
-    """Colour, dash, width, mode, marker and axis of one curve (see the module docstring)."""
-    split, _, rest = curve.partition(" ")
-    if split == "rank":
-        rank = int(rest)
-        if several:
-            color, dash = run.color, _RANK_DASHES[rank % len(_RANK_DASHES)]
-        else:
-            color, dash = _RANK_COLORS[rank % len(_RANK_COLORS)], "solid"
-        return _style(color, "lines", dash=dash, width=1.3)
-    if rest:  # "val accuracy": an evaluation metric on the right axis
-        color = run.color if several else _METRIC_COLORS[metric_names.get(rest, 0) % len(_METRIC_COLORS)]
-        if split == "test":
-            return _style(color, "markers", symbol="x", size=8, yaxis="y2")
-        return _style(color, "lines+markers", dash="dot", width=1.5, symbol="diamond", size=6, yaxis="y2")
-    color = run.color if several else _SPLIT_COLORS[split]
-    if split == "train":
-        return _style(color, "lines", width=2)
-    if split == "val":
-        return _style(color, "lines+markers", dash="dash" if several else "solid", width=2.5, size=7)
-    return _style(color, "markers", symbol="x", size=10)
-
-
-def _style(
-    color: str,
-    mode: str,
-    *,
-    dash: str = "solid",
-    width: float = 2,
-    symbol: str = "circle",
-    size: float = 6,
-    yaxis: str = "y",
-) -> dict[str, Any]:
-    return {
-        "color": color,
-        "mode": mode,
-        "dash": dash,
-        "width": width,
-        "symbol": symbol,
-        "size": size,
-        "yaxis": yaxis,
-    }
-
-
-def _restyle(trace: Any, style: dict[str, Any]) -> None:
-    trace.mode = style["mode"]
-    trace.line = {"color": style["color"], "dash": style["dash"], "width": style["width"]}
-    trace.marker = {"color": style["color"], "symbol": style["symbol"], "size": style["size"]}
-
-
-def _curve_order(curve: str) -> tuple[int, int, str]:
-    """train, val, test, then rank 0, rank 1, ..., then the metrics."""
-    if curve in SPLITS:
-        return (SPLITS.index(curve), 0, "")
-    first, rest = curve.split(" ", 1)
-    if first == "rank":
-        return (len(SPLITS), int(rest), "")
-    return (len(SPLITS) + 1, SPLITS.index(first), rest)
 
 
 def _number(key: str, value: Any) -> float:

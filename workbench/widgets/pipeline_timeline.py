@@ -15,7 +15,7 @@ from typing import Any
 import plotly.colors
 
 from workbench._validate import check_int
-from workbench.parallel.timeline import KINDS, StepTimeline
+from workbench.parallel.strategies.timeline import KINDS, StepTimeline
 from workbench.train.events import Callback, Event
 from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure

@@ -18,7 +18,7 @@ from typing import Any
 
 from torch import nn
 
-from workbench.parallel.sharded import ShardedStrategy
+from workbench.parallel.strategies.sharded import ShardedStrategy
 from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
 

@@ -27,14 +27,35 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from workbench._distribution import pip_install
 from workbench._validate import check_int
-from workbench.parallel._worker import dumps_by_value
+from workbench.parallel.launching._worker import dumps_by_value
 
 SPARK_INSTALL = f"{pip_install('spark')} (or pip install pyspark)"
+
+
+@contextmanager
+def spark_session(master: str, app_name: str = "workbench train") -> Iterator[Any]:
+    """A SparkSession on `master` (``local[2]``, ``spark://host:7077``), stopped on leaving; Java and
+    pyspark checked first, with the fix, and Python workers on this machine run this interpreter."""
+    try:
+        from pyspark.sql import SparkSession
+    except ModuleNotFoundError:
+        raise ValueError(f"a Spark master needs pyspark, which is not installed: {SPARK_INSTALL}") from None
+    try:
+        check_java()
+    except RuntimeError as error:
+        raise ValueError(str(error)) from None
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers on a local master run this one
+    session = SparkSession.builder.master(master).appName(app_name).getOrCreate()
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 def run_on_spark(
@@ -89,8 +110,8 @@ def _spark_rank(payload: bytes, backend: str | None, timeout_s: float) -> Any:
     import cloudpickle
     import torch.distributed as dist
 
-    from workbench.parallel.data_parallel import DataParallel
-    from workbench.parallel.process_group import join_process_group_from_env
+    from workbench.parallel.group.process_group import join_process_group_from_env
+    from workbench.parallel.strategies.data_parallel import DataParallel
 
     fn, args, strategy, cwd, path = cloudpickle.loads(payload)
     if os.path.isdir(cwd):

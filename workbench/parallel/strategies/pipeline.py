@@ -19,7 +19,6 @@ chosen to balance the stages' parameter counts.
 from __future__ import annotations
 
 import itertools
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -28,12 +27,14 @@ import torch
 from torch import nn
 
 from workbench._validate import check_choice, check_int
-from workbench.parallel.distributed import DistributedStrategy
+from workbench.parallel.strategies.distributed import DistributedStrategy, average_gradients
+from workbench.parallel.strategies.pipeline_split import MicrobatchLoss, balanced_starts
+from workbench.parallel.strategies.stage_timeline import StageTimeline
 from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
 from workbench.train.precision import Precision
 from workbench.train.step_time import NO_CLOCK, Clock
-from workbench.train.strategy import Batch, LossFn, Objective, check_state_fits
+from workbench.train.strategy import Batch, Objective, check_state_fits
 
 SCHEDULES = ("gpipe", "1f1b")
 _SCHEDULE_NAMES = {"gpipe": "GPipe", "1f1b": "1F1B"}
@@ -56,6 +57,9 @@ class PipelineParallel(DistributedStrategy):
             GPipe, if that is fewer than the stages).
         record_timeline: time every micro-batch's forward and backward on each stage; the Trainer sends
             the spans of each logged step as its ``timeline`` event field (see `workbench.train.events`).
+        stages: pipeline stages; None: one per rank. Fewer (a divisor of the ranks): the ranks form ranks /
+            stages replicas of the pipeline (adjacent ranks make one), each on its own shard of the data,
+            their gradients averaged after backward: DDP × pipeline, ``--strategy ddp+pp``.
         sync_control: see `DistributedStrategy` (`launch` turns it on).
 
     Example:
@@ -76,10 +80,14 @@ class PipelineParallel(DistributedStrategy):
         schedule: str = "1f1b",
         microbatches: int = 4,
         record_timeline: bool = True,
+        stages: int | None = None,
         sync_control: bool = False,
     ) -> None:
         super().__init__(sync_control=sync_control)
         check_choice("schedule", schedule, SCHEDULES)
+        self.stages_wanted = None if stages is None else check_int("stages", stages, minimum=1)
+        self._pp_group: Any = None  # with replicas: this pipeline's ranks, and this stage's replicas
+        self._dp_group: Any = None
         self.schedule = schedule
         self.microbatches = check_int("microbatches", microbatches, minimum=1)
         if split_points is not None and (
@@ -91,8 +99,8 @@ class PipelineParallel(DistributedStrategy):
         self.split_points = None if split_points is None else list(split_points)
         self.record_timeline = record_timeline
         self._schedules: dict[tuple[int, bool], Any] = {}  # (micro-batches, training) → schedule
-        self._loss = _MicrobatchLoss()
-        self._timeline = _Timeline()
+        self._loss = MicrobatchLoss()
+        self._timeline = StageTimeline()
 
     # ------------------------------------------------------------------ checks and the split
 
@@ -104,22 +112,28 @@ class PipelineParallel(DistributedStrategy):
         per stage at least; no fp16 (a GradScaler per stage would skip steps independently). Without a
         model, only what needs none.
         """
-        world_size = self.world_size if world_size is None else world_size
+        ranks = self.world_size if world_size is None else world_size
         refuse_compile(config.compile, "PipelineParallel", "its stages run inside torch's pipeline schedule")
+        stages = self.stages_wanted or ranks
+        if ranks % stages:
+            raise ValueError(
+                f"stages={stages} does not divide the {ranks} ranks into replicas of the pipeline; "
+                f"launch a multiple of {stages} ranks, or choose stages among the divisors of {ranks}"
+            )
         if model is not None:
-            self.stage_names(model, world_size)
-        elif self.split_points is not None and len(self.split_points) + 1 != world_size:
-            raise self._count_error(world_size)  # without the model, only the count can be checked
+            self.stage_names(model, stages)
+        elif self.split_points is not None and len(self.split_points) + 1 != stages:
+            raise self._count_error(stages)  # without the model, only the count can be checked
         if config.batch_size % self.microbatches:
             raise ValueError(
                 f"microbatches={self.microbatches} does not divide batch_size={config.batch_size}; use a "
                 f"batch size that is a multiple of {self.microbatches}, or a divisor of {config.batch_size} "
                 "as microbatches"
             )
-        if self.schedule == "1f1b" and self.microbatches < world_size:
+        if self.schedule == "1f1b" and self.microbatches < stages:
             raise ValueError(
                 f"schedule='1f1b' needs at least one micro-batch per stage: microbatches={self.microbatches} "
-                f"< {world_size} stages; use microbatches ≥ {world_size} or schedule='gpipe'"
+                f"< {stages} stages; use microbatches ≥ {stages} or schedule='gpipe'"
             )
         if config.precision == "fp16":
             raise ValueError(
@@ -182,20 +196,42 @@ class PipelineParallel(DistributedStrategy):
     # ------------------------------------------------------------------ the strategy
 
     @property
+    def stages(self) -> int:
+        """Stages of one pipeline."""
+        return self.stages_wanted or self.world_size
+
+    @property
+    def stage(self) -> int:
+        """This rank's stage (adjacent ranks make a pipeline)."""
+        return self.rank % self.stages
+
+    @property
+    def replica(self) -> int:
+        """This rank's pipeline, among ranks / stages."""
+        return self.rank // self.stages
+
+    @property
     def data_rank(self) -> int:
-        return 0  # every stage reads the same batches
+        return self.replica  # every stage of a pipeline reads the same batches
 
     @property
     def data_world_size(self) -> int:
-        return 1
+        return self.world_size // self.stages
 
     @property
     def reports_loss(self) -> bool:
-        return self.rank == self.world_size - 1  # the last stage computes the loss
+        return self.stage == self.stages - 1  # the last stage computes the loss
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        """This rank's stage: its layers (same names as in `model`) in an ``nn.Sequential``."""
-        names = self.stage_names(model, self.world_size)[self.rank]
+        """This rank's stage: its layers (same names as in `model`) in an ``nn.Sequential``; with replicas,
+        the groups of a pipeline's ranks and of a stage's replicas (a 2-D mesh, "dp" × "pp")."""
+        if self.data_world_size > 1 and self._pp_group is None:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            shape = (self.data_world_size, self.stages)
+            mesh = init_device_mesh(self.device.type, shape, mesh_dim_names=("dp", "pp"))
+            self._pp_group, self._dp_group = mesh["pp"].get_group(), mesh["dp"].get_group()
+        names = self.stage_names(model, self.stages)[self.stage]
         layers = dict(model.named_children())
         stage = nn.Sequential(OrderedDict((name, layers[name]) for name in names)).to(self.device)
         self.module = stage
@@ -248,6 +284,9 @@ class PipelineParallel(DistributedStrategy):
         clock.mark("forward")
         if clock.enabled:
             self._split_schedule_time(clock)
+        if self._dp_group is not None:  # replicas: the step's gradients averaged over this stage's replicas
+            average_gradients(model, self._dp_group, self.data_world_size)
+            clock.mark("comm")
         if not losses:
             return None
         return torch.stack([loss.detach() for loss in losses]).sum()
@@ -278,11 +317,12 @@ class PipelineParallel(DistributedStrategy):
     def total_norm(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """The whole model's gradient norm: each stage's squared norm, summed over the stages."""
         local = super().total_norm(grads).to(self.device, torch.float32)
-        return self.all_reduce(local.square(), "sum").sqrt()
+        return (self.all_reduce(local.square(), "sum") / self.data_world_size).sqrt()  # replicas: equal
 
     def model_state(self, model: nn.Module) -> dict[str, Any] | None:
         """Every stage's parameters, gathered to rank 0 under the original model's names."""
         parts = self.gather_object({k: v.detach().cpu() for k, v in model.state_dict().items()})
+        parts = parts[: self.stages]  # the first pipeline's stages (replicas hold the same)
         return {k: v for part in parts for k, v in part.items()} if self.is_main else None
 
     def load_model_state(self, model: nn.Module, state: dict[str, Any]) -> None:
@@ -294,7 +334,7 @@ class PipelineParallel(DistributedStrategy):
         """Every stage's optimizer state, keyed by parameter name, merged on rank 0."""
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        parts = self.gather_object(get_optimizer_state_dict(model, optimizer))
+        parts = self.gather_object(get_optimizer_state_dict(model, optimizer))[: self.stages]
         if not self.is_main:
             return {}
         groups = [dict(group) for group in parts[0]["param_groups"]]
@@ -314,12 +354,12 @@ class PipelineParallel(DistributedStrategy):
 
     def step_details(self) -> dict[str, Any]:
         """The ``timeline`` of the last step on this stage (when recorded)."""
-        if not self.record_timeline or not self._timeline.spans:
-            return {}
+        if not self.record_timeline or not self._timeline.spans or self.replica:
+            return {}  # one pipeline's timeline: the first's
         return {
             "timeline": {
-                "stage": self.rank,
-                "stages": self.world_size,
+                "stage": self.stage,
+                "stages": self.stages,
                 "microbatches": self._timeline.microbatches,
                 "schedule": self._timeline.schedule,
                 "spans": [list(span) for span in self._timeline.spans],
@@ -344,9 +384,9 @@ class PipelineParallel(DistributedStrategy):
         )
         key = (batch, training)
         if key not in self._schedules:
-            stage = PipelineStage(stage_module, self.rank, self.world_size, self.device)
+            stage = PipelineStage(stage_module, self.stage, self.stages, self.device, group=self._pp_group)
             if training:
-                one_f_one_b = self.schedule == "1f1b" and count >= self.world_size  # else: too few
+                one_f_one_b = self.schedule == "1f1b" and count >= self.stages  # else: too few
                 kind = Schedule1F1B if one_f_one_b else ScheduleGPipe
                 schedule = kind(stage, count, loss_fn=self._loss, scale_grads=False)  # _loss weighs them
             else:
@@ -355,117 +395,9 @@ class PipelineParallel(DistributedStrategy):
         return self._schedules[key]
 
     def _run(self, schedule: Any, x: torch.Tensor, y: torch.Tensor | None, losses: list | None) -> Any:
-        first, last = self.rank == 0, self.rank == self.world_size - 1
+        first, last = self.stage == 0, self.stage == self.stages - 1
         args = (x.to(self.device, non_blocking=True),) if first else ()
         kwargs: dict[str, Any] = {}
         if last and y is not None:
             kwargs = {"target": y.to(self.device, non_blocking=True), "losses": losses}
         return schedule.step(*args, **kwargs)
-
-
-def balanced_starts(sizes: Sequence[int], stages: int) -> list[int]:
-    """Where each of `stages` consecutive groups of layers begins, so that the largest group's total
-    size is as small as it can be (every stage gets at least one layer).
-
-    Example:
-        >>> balanced_starts([10, 0, 10, 0, 20], 2)  # a parameter-free layer stays with the one before it
-        [0, 4]
-        >>> balanced_starts([1, 1, 1, 1], 4)
-        [0, 1, 2, 3]
-    """
-    n = len(sizes)
-    check_int("stages", stages, minimum=1)
-    if n < stages:
-        raise ValueError(f"{n} layers cannot make {stages} stages (each needs at least one)")
-    prefix = [0]
-    for size in sizes:
-        prefix.append(prefix[-1] + size)
-    # best[k][i]: the smallest possible largest group splitting layers[:i] into k groups; ties prefer
-    # the later split, which moves parameter-free layers (activations) to the end of a stage
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(stages + 1)]
-    best[0][0] = 0
-    for k in range(1, stages + 1):
-        for i in range(k, n - (stages - k) + 1):
-            for j in range(k - 1, i):
-                cost = max(best[k - 1][j], prefix[i] - prefix[j])
-                if cost <= best[k][i]:
-                    best[k][i], cut[k][i] = cost, j
-    starts, i = [], n
-    for k in range(stages, 0, -1):
-        i = cut[k][i]
-        starts.append(i)
-    return starts[::-1]
-
-
-class _MicrobatchLoss:
-    """The schedule's loss: the user's loss of one micro-batch, weighted so the micro-batches of an
-    optimizer step sum to the mean over all its samples (the schedule's own scaling is off)."""
-
-    def __init__(self) -> None:
-        self.loss_fn: LossFn | None = None
-        self.weight = 1.0  # per sample: 1 / samples in the optimizer step
-
-    def use(self, loss_fn: LossFn, weight: float) -> None:
-        self.loss_fn, self.weight = loss_fn, weight
-
-    def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        assert self.loss_fn is not None
-        return self.loss_fn(output, target) * (len(target) * self.weight)
-
-
-class _Timeline:
-    """Times each micro-batch's forward and backward on one stage with module and tensor hooks."""
-
-    def __init__(self) -> None:
-        self.spans: list[tuple[str, int, float, float]] = []
-        self.microbatches = 0  # per schedule step (an accumulated optimizer step runs several)
-        self.schedule = ""  # "GPipe" or "1F1B"
-        self._recording = False
-        self._forward_index = 0
-        self._forward_start = 0.0
-        self._backward: dict[int, float] = {}  # micro-batch → when its backward began
-        self._last_grad = 0.0
-
-    def attach(self, stage: nn.Module) -> None:
-        stage.register_forward_pre_hook(self._before_forward)
-        stage.register_forward_hook(self._after_forward)
-        for param in stage.parameters():
-            param.register_post_accumulate_grad_hook(self._after_grad)
-
-    def start_step(self) -> None:
-        self.spans, self._forward_index, self._backward = [], 0, {}
-        self._recording = True
-
-    def stop_step(self, keep: bool) -> None:
-        self._recording = False
-        self._close_backwards()
-        if not keep:
-            self.spans = []
-
-    def _before_forward(self, module: nn.Module, args: Any) -> None:
-        self._forward_start = time.time()
-
-    def _after_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        # shape inference and evaluation run forwards without gradients: not part of a training step
-        if not (self._recording and isinstance(output, torch.Tensor) and output.requires_grad):
-            return
-        index = self._forward_index
-        self._forward_index += 1
-        self.spans.append(("F", index, self._forward_start, time.time()))
-        output.register_hook(lambda grad: self._begin_backward(index))
-
-    def _begin_backward(self, index: int) -> None:
-        self._close_backwards()
-        self._backward[index] = time.time()
-        self._last_grad = self._backward[index]
-
-    def _after_grad(self, param: torch.Tensor) -> None:
-        self._last_grad = time.time()
-
-    def _close_backwards(self) -> None:
-        """A backward ends with its last parameter gradient (the next backward, or the step, begins after)."""
-        for index, start in self._backward.items():
-            self.spans.append(("B", index, start, max(start, self._last_grad)))
-        self._backward = {}

@@ -6,7 +6,7 @@ shard of every batch (the global batch grows with the ranks), and whether it spl
 
 Example:
     >>> list(STRATEGIES)
-    ['single', 'ddp', 'fsdp', 'pipeline', 'tensor']
+    ['single', 'ddp', 'fsdp', 'pipeline', 'tensor', 'fsdp+tp', 'ddp+tp', 'ddp+pp']
     >>> strategy_spec("fsdp").shards_data, strategy_spec("fsdp").shards_params
     (True, True)
     >>> strategy_spec("pipeline").load().__name__
@@ -32,12 +32,12 @@ class StrategySpec:
 
     name: str
     title: str
-    home: str  # "module:Class"
+    home: str  # "module:Class" or "module:function" (building the strategy from its options)
     shards_data: bool  # each rank trains on its own shard of every batch
     shards_params: bool  # no rank holds every parameter
 
-    def load(self) -> type[Any]:
-        """The strategy class (imports its module)."""
+    def load(self) -> Any:
+        """The strategy class, or the function that builds it (imports its module)."""
         module, _, name = self.home.partition(":")
         return getattr(importlib.import_module(module), name)
 
@@ -47,31 +47,58 @@ STRATEGIES: dict[str, StrategySpec] = {
     for spec in (
         StrategySpec("single", "one device", "workbench.train.strategy:SingleDevice", False, False),
         StrategySpec(
-            "ddp", "data parallel (DDP)", "workbench.parallel.data_parallel:DataParallel", True, False
+            "ddp",
+            "data parallel (DDP)",
+            "workbench.parallel.strategies.data_parallel:DataParallel",
+            True,
+            False,
         ),
         StrategySpec(
             "fsdp",
             "fully sharded data parallel (FSDP2)",
-            "workbench.parallel.fsdp:FullyShardedDataParallel",
+            "workbench.parallel.strategies.fsdp:FullyShardedDataParallel",
             True,
             True,
         ),
         StrategySpec(
             "pipeline",
             "pipeline parallel (GPipe, 1F1B)",
-            "workbench.parallel.pipeline:PipelineParallel",
+            "workbench.parallel.strategies.pipeline:PipelineParallel",
             False,
             True,
         ),
         StrategySpec(
             "tensor",
             "tensor parallel (Megatron-style)",
-            "workbench.parallel.tensor_parallel:TensorParallel",
+            "workbench.parallel.strategies.tensor_parallel:TensorParallel",
             False,
+            True,
+        ),
+        StrategySpec(
+            "fsdp+tp",
+            "FSDP × tensor parallel on a 2-D device mesh",
+            "workbench.parallel.strategies.composed:fsdp_tp",
+            True,
+            True,
+        ),
+        StrategySpec(
+            "ddp+tp",
+            "DDP × tensor parallel on a 2-D device mesh",
+            "workbench.parallel.strategies.composed:ddp_tp",
+            True,
+            True,
+        ),
+        StrategySpec(
+            "ddp+pp",
+            "DDP × pipeline: replicas of a pipeline on data shards",
+            "workbench.parallel.strategies.composed:ddp_pp",
+            True,
             True,
         ),
     )
 }
+COMPOSED = ("fsdp+tp", "ddp+tp", "ddp+pp")  # on a 2-D mesh: ranks / k data groups of k ranks (tp or pp)
+DEFAULT_TP = 2  # ranks per tensor-parallel group (or pipeline stages) of a composition, unless told
 
 DISTRIBUTED = tuple(name for name in STRATEGIES if name != "single")  # those that run on several processes
 

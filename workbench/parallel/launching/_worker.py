@@ -35,11 +35,12 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-from workbench.parallel.data_parallel import DataParallel
-from workbench.parallel.distributed import DistributedStrategy
-from workbench.parallel.process_group import leave_process_group
-from workbench.parallel.shared_arrays import SharedArrays, loads_sharing, pickle_sharing
-from workbench.train.control import TrainControl
+from workbench.parallel.group.process_group import leave_process_group
+from workbench.parallel.launching.shared_arrays import SharedArrays, loads_sharing, pickle_sharing
+from workbench.parallel.strategies.data_parallel import DataParallel
+from workbench.parallel.strategies.distributed import DistributedStrategy
+from workbench.train.config import TrainConfig
+from workbench.train.control import ControlMessage, TrainControl
 from workbench.train.events import Callback, Event
 from workbench.train.supervision import Supervision, supervised
 
@@ -122,6 +123,7 @@ class WorkerSpec:
     threads: int
     timeout_s: float
     result_dir: Path
+    config: TrainConfig | None = None  # Launch(config=...): the config of every Trainer the workers build
 
 
 class PipeEvents(Callback):
@@ -256,7 +258,7 @@ def _run(
         threading.Thread(
             target=_obey, args=(commands, control), name="workbench-control", daemon=True
         ).start()
-    with supervised(Supervision(callbacks=(PipeEvents(events),), control=control)):
+    with supervised(Supervision(callbacks=(PipeEvents(events),), control=control, config=spec.config)):
         value = spec.fn(strategy, *spec.args)
     return value, strategy.result_state()  # every rank takes part: shards and stages are gathered
 
@@ -265,21 +267,10 @@ def _obey(commands: Connection, control: TrainControl) -> None:
     """Apply the launcher's requests to rank 0's control until the pipe closes."""
     while True:
         try:
-            name, *values = commands.recv()
+            encoded = commands.recv()
         except (EOFError, OSError):
             return
-        if name == "pause":
-            control.pause()
-        elif name == "resume":
-            control.resume()
-        elif name == "stop":
-            control.stop()
-        elif name == "lr":
-            control.set_lr(values[0])
-        elif name == "clipping":
-            control.set_clipping(norm=values[0], value=values[1])
-        elif name == "profile":
-            control.profile(values[0])
+        ControlMessage.decode(encoded).apply_to(control)
 
 
 def _die_with_parent() -> None:

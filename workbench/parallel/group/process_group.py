@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from workbench._validate import check_choice
-from workbench.parallel.launch_env import TORCHRUN_VARIABLES, detect_launch_env
+from workbench.parallel.group.launch_env import TORCHRUN_VARIABLES, detect_launch_env
 
 BACKENDS = ("gloo", "nccl")
 
@@ -23,7 +23,7 @@ BACKENDS = ("gloo", "nccl")
 def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1800, who: str = "") -> None:
     """Initialise the process group from the launcher's variables, once: torchrun's (RANK, WORLD_SIZE,
     MASTER_ADDR…; also TorchDistributor's), Open MPI's or MPICH's ``mpirun``, or Slurm's ``srun``
-    (`workbench.parallel.launch_env`; torchrun's variables are set from the others').
+    (`workbench.parallel.group.launch_env`; torchrun's variables are set from the others').
 
     Before joining, the ranks tell each other their machine through torchrun's store, so that processes
     sharing a machine get distinct local ranks and GPUs even when separate torchrun agents started them

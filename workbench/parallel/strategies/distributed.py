@@ -9,7 +9,6 @@ first argument of its function.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -17,8 +16,8 @@ import torch
 import torch.distributed as dist
 
 from workbench._validate import check_choice
-from workbench.parallel.process_group import join_process_group_from_env, leave_process_group
-from workbench.train.control import Changes
+from workbench.parallel.group.process_group import join_process_group_from_env, leave_process_group
+from workbench.train.control import Changes, ControlMessage
 from workbench.train.strategy import REDUCE_OPS, StrategyBase
 
 
@@ -50,7 +49,7 @@ class DistributedStrategy(StrategyBase):
 
         Args:
             backend: ``"gloo"`` or ``"nccl"``; default nccl where this machine has a GPU for each of the
-                job's processes on it, else gloo (`workbench.parallel.process_group.place`).
+                job's processes on it, else gloo (`workbench.parallel.group.process_group.place`).
             timeout_s: how long collectives (and the rendezvous) wait for the other ranks.
             **options: the strategy's own options (e.g. ``schedule="1f1b"`` for `PipelineParallel`).
 
@@ -104,16 +103,11 @@ class DistributedStrategy(StrategyBase):
         """Rank 0's requests, the same on every rank (when `sync_control`); others' are ignored."""
         if not self.sync_control:
             return changes, stop
-        values = [stop, changes.lr, changes.clip_norm, changes.clip_value, changes.profile_steps]
-        message = torch.tensor([math.nan if v is None else float(v) for v in values], dtype=torch.float64)
-        message = message.to(self.device)
+        encoded = ControlMessage(stop=stop, changes=changes).encode()
+        message = torch.tensor(encoded, dtype=torch.float64, device=self.device)
         dist.broadcast(message, src=0)
-        stop_flag, lr, clip_norm, clip_value, profile = (
-            None if math.isnan(v) else v for v in message.tolist()
-        )
-        profile_steps = None if profile is None else int(profile)
-        changes = Changes(lr=lr, clip_norm=clip_norm, clip_value=clip_value, profile_steps=profile_steps)
-        return changes, bool(stop_flag)
+        received = ControlMessage.decode(message.tolist())
+        return received.changes, received.stop
 
     def barrier(self) -> None:
         """Wait until every rank gets here."""
@@ -154,3 +148,15 @@ class DistributedStrategy(StrategyBase):
         """
         if dist.is_initialized():
             leave_process_group(wait_for_others=wait_for_others)
+
+
+def average_gradients(model: torch.nn.Module, group: Any, size: int) -> None:
+    """Average every gradient of `model` over the process `group` of `size` ranks, in place (on each rank's
+    own part of a DTensor gradient: the ranks of a data-parallel group hold the same parts)."""
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.grad is not None:
+                grad = param.grad
+                local = grad.to_local() if hasattr(grad, "to_local") else grad
+                dist.all_reduce(local, group=group)
+                local.div_(size)

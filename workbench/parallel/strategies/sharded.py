@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.parallel.distributed import DistributedStrategy
+from workbench.parallel.strategies.distributed import DistributedStrategy
 from workbench.train.step_time import Clock
 from workbench.train.strategy import check_state_fits
 

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.parallel.collective_times import CollectiveTimes, TimedAllGather, TimedReduceScatter
-from workbench.parallel.sharded import ShardedStrategy
+from workbench.parallel.strategies.collective_times import CollectiveTimes, TimedAllGather, TimedReduceScatter
+from workbench.parallel.strategies.sharded import ShardedStrategy
 from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
 from workbench.train.step_time import Clock

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from workbench._validate import check_int
-from workbench.parallel.distributed import DistributedStrategy
+from workbench.parallel.strategies.distributed import DistributedStrategy
 from workbench.train.compilation import uncompiled
 from workbench.train.step_time import Clock
 

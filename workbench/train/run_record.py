@@ -1,0 +1,87 @@
+"""`RunRecord`: what a fit keeps in its run directory, or nothing for a trainer without ``run=``: the lock
+held for the fit, ``config.json`` with the settings in force, the checkpoints, and where a resume goes on
+from. Rank 0 writes; every rank takes part in gathering the state to save and in agreeing on a resume."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from workbench.train.config import TrainConfig
+from workbench.train.control import Settings
+from workbench.train.run_dir import (
+    LoopPosition,
+    ResumedState,
+    RunDir,
+    agreed_resume_path,
+    capture_training_state,
+    restore_training_state,
+)
+from workbench.train.run_lock import lock_for_fit
+from workbench.train.strategy import Strategy
+
+
+class RunRecord:
+    """The run directory of one trainer (`run_dir` None: nothing is written, nothing resumes but a path).
+
+    Attributes:
+        checkpoint: the last checkpoint written or resumed from.
+    """
+
+    def __init__(self, run_dir: RunDir | None, strategy: Strategy, config: TrainConfig) -> None:
+        self.run_dir, self.strategy, self.config = run_dir, strategy, config
+        self.checkpoint: Path | None = None
+        self._writes = run_dir is not None and strategy.is_main  # one writer, also on a shared filesystem
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Around a fit: rank 0 of a named run holds its directory (`lock_for_fit`); a second fit on it is
+        refused, naming the holder."""
+        lock = lock_for_fit(self.run_dir.path) if self._writes and self.run_dir is not None else None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @property
+    def folder(self) -> Path | None:
+        """The run directory, or None."""
+        return self.run_dir.path if self.run_dir is not None else None
+
+    def write_config(self, settings: Settings) -> None:
+        """config.json as training runs now: the config with the lr and clipping in force (a dashboard's
+        change, or a resume's), so that the run's record never says what no step used."""
+        if self._writes and self.run_dir is not None:
+            self.run_dir.write_config(settings.in_config(self.config))
+
+    def resume(
+        self, resume: bool | str | os.PathLike, model: torch.nn.Module, optimizer: Any, scaler: Any
+    ) -> ResumedState | None:
+        """Load the checkpoint ``fit(resume=...)`` goes on from (the ranks agree on it) into `model`,
+        `optimizer` and `scaler`; None for a fresh start. New optimizer settings are printed by rank 0."""
+        path = agreed_resume_path(resume, self.run_dir, self.strategy)
+        if path is None:
+            return None
+        resumed = restore_training_state(path, self.strategy, model, optimizer, scaler, self.config)
+        if resumed.describe() and self.strategy.is_main:
+            print(f"resuming from {path} with new settings: {resumed.describe()}", file=sys.stderr)
+        self.checkpoint = path
+        return resumed
+
+    def due(self, epoch: int) -> bool:
+        """Whether a checkpoint is due after `epoch` whole epochs."""
+        return self.run_dir is not None and epoch % self.config.checkpoint_every == 0
+
+    def save(self, where: LoopPosition, model: torch.nn.Module, optimizer: Any, scaler: Any) -> None:
+        """Rank 0 writes the checkpoint (every rank takes part in gathering the state and RNGs)."""
+        if self.run_dir is None:
+            return
+        state = capture_training_state(self.strategy, model, optimizer, scaler, where, self.config)
+        self.checkpoint = self.run_dir.save(state) if self.strategy.is_main else self.run_dir.checkpoint_path
