@@ -120,3 +120,11 @@ def test_no_module_is_over_450_lines():
     sizes = {path: len(path.read_text().splitlines()) for path in (REPO / "workbench").rglob("*.py")}
     assert len(sizes) > 100 and max(sizes.values()) > 300  # the check sees the package
     assert {str(path.relative_to(REPO)): n for path, n in sizes.items() if n > 450} == {}
+
+
+def test_the_trainer_class_is_readable_in_one_sitting():
+    import ast
+
+    source = (REPO / "workbench" / "train" / "loop.py").read_text()
+    [trainer] = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "Trainer"]
+    assert trainer.end_lineno - trainer.lineno + 1 <= 300  # docstrings included

@@ -3,6 +3,7 @@
 import os
 import signal
 import socket
+import tempfile
 import time
 
 import psutil
@@ -242,6 +243,37 @@ def test_a_rank_that_leaves_with_os_exit_0_is_named_not_the_rank_it_left_waiting
         job.fit()
     assert info.value.rank == 1
     assert _pids_gone(job.pids)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
+def test_a_launcher_killed_from_outside_leaves_no_worker_and_no_shared_memory(tmp_path, signal_name):
+    import glob
+    import subprocess
+    import sys
+
+    script = f"""
+import os, time, torch
+from workbench.parallel import launch
+
+def train(strategy, data, folder):
+    open(os.path.join(folder, f"rank{{strategy.rank}}.pid"), "w").write(str(os.getpid()))
+    time.sleep(120)  # never returns on its own within the test
+
+launch(train, 2, args=(torch.zeros(512, 1024), {str(tmp_path)!r}), verbose=False)  # 2 MiB: shared
+"""
+    launcher = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [int(path.read_text()) for path in tmp_path.glob("rank*.pid")]
+    folders = glob.glob(f"/dev/shm/workbench-shared-{launcher.pid}-*") + glob.glob(
+        f"{tempfile.gettempdir()}/workbench-shared-{launcher.pid}-*"
+    )
+    assert len(pids) == 2 and folders, "the workers did not start"
+    launcher.send_signal(getattr(signal, signal_name))
+    launcher.wait(10)
+    assert _pids_gone(pids, timeout=5.0), f"workers still running after the launcher's {signal_name}"
+    assert not any(os.path.exists(folder) for folder in folders)
 
 
 def test_interrupting_the_kernel_stops_every_worker_within_10_seconds():

@@ -148,13 +148,31 @@ def test_a_row_of_only_minus_infinity_gives_nan_like_torch():
     ],
     ids=["string", "none", "vector", "raises"],
 )
-def test_a_failing_metric_is_named_and_its_epoch_is_saved_first(tmp_path, metric, said):
-    """Evaluation ran before the epoch's checkpoint: a metric that raised lost the epoch (issue 44)."""
+def test_a_failing_metric_is_named_on_the_first_training_batch_before_any_step(tmp_path, metric, said):
+    """It used to fail at the first evaluation, an epoch later (issue 44): now before any step is spent."""
     trainer = Trainer(
         nn.Linear(10, 10), F.cross_entropy, (DATA, DATA), CONFIG, metrics={"recall": metric}, run="r",
         runs_dir=tmp_path,
     )  # fmt: skip
-    with pytest.raises(ValueError, match=r"^metrics\['recall'\] failed: " + said):
+    first = r"^metrics\['recall'\] failed on the first training batch, before any step \(it runs on val and "
+    with pytest.raises(ValueError, match=first + r"test after each epoch\): " + said):
+        trainer.fit()
+    assert trainer.step == 0
+
+
+def test_a_metric_that_fails_only_at_evaluation_finds_its_epoch_saved_first(tmp_path):
+    """Evaluation ran before the epoch's checkpoint: a metric that raised lost the epoch (issue 44)."""
+    calls = []
+
+    def fails_after_its_check(outputs, batch):
+        calls.append(1)
+        return 1 / 0 if len(calls) > 1 else 0.5
+
+    trainer = Trainer(
+        nn.Linear(10, 10), F.cross_entropy, (DATA, DATA), CONFIG, metrics={"recall": fails_after_its_check},
+        run="r", runs_dir=tmp_path,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"^metrics\['recall'\] failed: division by zero"):
         trainer.fit()
     assert (tmp_path / "r" / "checkpoint.pt").is_file()
     assert trainer.step == 4  # the epoch trained, and is kept

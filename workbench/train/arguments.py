@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -109,4 +110,13 @@ def check_device(config: TrainConfig, device: torch.device) -> None:
         raise ValueError(
             f"config.device={config.device!r} but the strategy trains on {device}; use device='auto' with a "
             "distributed strategy"
+        )
+
+
+def check_resume(resume: object) -> None:
+    """TypeError unless `resume` is what ``fit(resume=...)`` takes."""
+    if not isinstance(resume, bool | str | os.PathLike):
+        raise TypeError(
+            f"resume must be True (this run's checkpoint), False, or a checkpoint's path; got "
+            f"{type(resume).__name__} {resume!r}"
         )

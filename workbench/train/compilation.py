@@ -81,8 +81,10 @@ def check_can_compile(mode: str, device: torch.device) -> None:
 
 
 def compile_module(module: torch.nn.Module, mode: str) -> torch.nn.Module:
-    """`module` compiled with torch.compile in `mode` (``"default"`` is torch's default); it shares the
-    module's parameters, and ``module`` itself stays eager."""
+    """`module` compiled with torch.compile in `mode` (``"default"`` is torch's default; ``"off"``: `module`
+    itself); it shares the module's parameters, and ``module`` itself stays eager."""
+    if mode == "off":
+        return module
     return torch.compile(module, mode=None if mode == "default" else mode, dynamic=False)
 
 

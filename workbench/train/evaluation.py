@@ -11,13 +11,10 @@ from typing import Any
 
 import torch
 
+from workbench.train.metrics import MetricError
 from workbench.train.objective import Objective
 from workbench.train.precision import Precision
 from workbench.train.strategy import Strategy
-
-
-class MetricError(ValueError):
-    """A metric raised or returned something else than a number; the message names it."""
 
 
 def evaluate_shard(

@@ -28,14 +28,20 @@ import torch
 
 from workbench.data import as_splits
 from workbench.train import gradients
-from workbench.train.arguments import check_arguments, check_device, check_optimizer, check_training_split
+from workbench.train.arguments import (
+    check_arguments,
+    check_device,
+    check_optimizer,
+    check_resume,
+    check_training_split,
+)
 from workbench.train.batches import check_epoch_trained, count_steps, epoch_steps, split_loaders
 from workbench.train.compilation import check_can_compile, compile_module
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes, Settings, TrainControl
 from workbench.train.evaluation import evaluate_shard
-from workbench.train.event_schema import FitEndEvent, FitStartEvent, eval_event, fit_end_event, step_event
 from workbench.train.events import Callback, CallbackList
+from workbench.train.fit_events import FitEvents
 from workbench.train.instruments import StepInstruments
 from workbench.train.log_window import LogWindow
 from workbench.train.loss_check import NonFiniteLossError, check_finite
@@ -161,8 +167,7 @@ class Trainer:
         self.objective = Objective.for_data(loss_fn, step_fn, metrics, self.splits.train)
         self.strategy.check_objective(self.objective)
         self._forward_backward = clocked_forward_backward(self.strategy)
-        self.run = run
-        self.run_dir = RunDir.named(run, runs_dir) if run is not None else None
+        self.run, self.run_dir = run, RunDir.named(run, runs_dir) if run is not None else None
         self.strategy.bind()
         self.strategy.validate(model, self.config)
         self.device = self.strategy.device
@@ -172,30 +177,26 @@ class Trainer:
         self.rank, self.world_size = self.strategy.rank, self.strategy.world_size
         self.model = self.strategy.wrap(model)  # on the device (a pipeline moves only its stage)
         # the module the training steps call: compiled with TrainConfig(compile=...), else the model
-        compiling = self.config.compile != "off"
-        self._step_model = compile_module(self.model, self.config.compile) if compiling else self.model
+        self._step_model = compile_module(self.model, self.config.compile)
         # inside a launcher's workers: its control (unless given) and its event stream
         self.control, callbacks = supervised_control_and_callbacks(control, callbacks)
         if self.run_dir is not None and self.strategy.is_main:
             callbacks.insert(0, MetricsLog(self.run_dir.path))
         self.events = CallbackList(callbacks)
+        self.report = FitEvents(self.events, self.strategy, self.config, run)  # the typed events it sends
         factory = optimizer_factory if optimizer_factory is not None else build_optimizer
         self.optimizer = check_optimizer(factory(self.model.parameters(), self.config.optimizer))
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
         self.steps_per_epoch, self.total_steps = count_steps(self._loaders, self.config)
-        # Where the loop stands; a checkpoint holds exactly these plus the model/optimizer/RNG state.
-        self.step = 0
-        self.epoch = 0
-        self._position = 0  # micro-batches of the current epoch already used
+        # Where the loop stands (steps, epochs, micro-batches of this epoch used): with the model, optimizer
+        # and RNG states, what a checkpoint holds
+        self.step = self.epoch = self._position = 0
         self.settings = Settings.of(self.config)  # the lr and clipping in force
         self._resume_changes = ""  # the optimizer settings a resume changed, as one line
         self.record = RunRecord(self.run_dir, self.strategy, self.config)  # lock, config.json, checkpoints
-        self._last: dict[str, dict[str, float]] = {}
         steps = (self.total_steps, self.steps_per_epoch)
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
-
-    # ------------------------------------------------------------------ public
 
     def add_callback(self, callback: Callback) -> None:
         """Subscribe `callback` to this trainer's events (a dashboard attaching itself, for example)."""
@@ -243,22 +244,18 @@ class Trainer:
             RunInUseError: another live process is fitting this run name (it is named).
             ValueError: the checkpoint does not fit (config, optimizer kind, model) or is not readable.
         """
-        if not isinstance(resume, bool | str | os.PathLike):
-            raise TypeError(
-                f"resume must be True (this run's checkpoint), False, or a checkpoint's path; got "
-                f"{type(resume).__name__} {resume!r}"
-            )
+        check_resume(resume)
         started = time.perf_counter()
         with self.record.held(), self.instruments.watching_fit():
             status = self._fit(resume)
         seconds = time.perf_counter() - started
-        return FitResult.of(status, self.step, self.epoch, seconds, self._last, self.checkpoint)
+        return FitResult.of(status, self.step, self.epoch, seconds, self.report.last, self.checkpoint)
 
     def _fit(self, resume: bool | str | os.PathLike) -> str:
         self._start(resume)
         status = "finished"
         try:
-            self.events.on_fit_start(self._info())
+            self.report.fit_start(self.step, (self.steps_per_epoch, self.total_steps), self._resume_changes)
             while self.epoch < self.config.epochs:
                 if not self._run_epoch():
                     status = "stopped"
@@ -267,10 +264,10 @@ class Trainer:
                 self._save()
         except BaseException as error:
             self.instruments.finish()
-            self.events.on_fit_end(self._summary("failed", error))
+            self.report.fit_end((self.step, self.epoch), "failed", error, **self._ending())
             raise
         self.instruments.finish()
-        self.events.on_fit_end(self._summary(status, None))
+        self.report.fit_end((self.step, self.epoch), status, None, **self._ending())
         return status
 
     def evaluate(self, split: str = "val") -> dict[str, float]:
@@ -310,7 +307,9 @@ class Trainer:
             self._position += len(group)
             interval.add(loss, samples)
             if logged:
-                self._publish_step(interval, grad_norm, checked_sum, clock)
+                lr = self.optimizer.param_groups[0]["lr"]  # the base lr times the schedule's factor
+                extras = {"lr": lr, "grad_norm": grad_norm, **self.instruments.step_metrics(clock)}
+                self.report.step((self.step, self.epoch), interval, checked_sum, **extras)
                 interval = LogWindow()
         check_epoch_trained(self.epoch, from_start, self.step - steps_before)
         self.epoch += 1
@@ -318,22 +317,15 @@ class Trainer:
         if self.record.due(self.epoch):  # before evaluating: a metric that fails costs its epoch nothing
             self._save()
         for split in ("val", "test"):
-            metrics = self.evaluate(split)
-            if metrics:
-                self._last[split] = metrics
-                self.events.on_eval(eval_event(self.step, self.epoch - 1, self.rank, split, metrics))
+            self.report.evaluated(self.step, self.epoch - 1, split, self.evaluate(split))
         return True
 
     def _run_step(
         self, group: list[Batch], check: LogWindow | None, clock: Clock = NO_CLOCK
     ) -> tuple[torch.Tensor, int, float | None, float | None]:
-        """Forward/backward over the micro-batches, clip, one optimizer step.
-
-        Returns the (detached) mean loss, the number of samples and, on a logged step (`check` given: the
-        steps since the last logged one), the gradient norm before clipping and the interval's loss sum
-        averaged over ranks. On a logged step a non-finite loss in this step or the unchecked ones before
-        it raises before the optimizer step. `clock` times the step's phases (a logged step's).
-        """
+        """Forward/backward over the micro-batches, clip, one optimizer step; the (detached) mean loss, the
+        samples and, on a logged step (`check`: the steps since the last logged one), the gradient norm before
+        clipping and the loss sum over ranks, checked finite before the optimizer step."""
         measure = check is not None
         self.model.train()
         samples = sum(self.objective.samples(batch) for batch in group)
@@ -364,64 +356,27 @@ class Trainer:
         return step_loss, samples, grad_norm, checked_sum
 
     def _step_boundary(self) -> bool:
-        """Apply control requests (waiting while paused); True if training should stop.
-
-        With several ranks, rank 0's requests are broadcast so every rank stops or changes at the same step.
-        """
+        """Apply control requests (waiting while paused), rank 0's on every rank at the same step; True if
+        training should stop."""
         changes = self.control.at_step_boundary() if self.strategy.is_main else Changes()
         changes, stop = self.strategy.sync_requests(changes, self.control.stop_requested)
-        self._apply(changes)
-        return stop
-
-    def _apply(self, changes: Changes) -> None:
         if changes.profile_steps is not None:
             self.instruments.request_profile(changes.profile_steps, self.step)
         if self.settings.apply(changes):
             self.record.write_config(self.settings)  # the record never says what no step used
+        return stop
 
-    # ------------------------------------------------------------------ events
-
-    def _publish_step(
-        self, window: LogWindow, grad_norm: float | None, all_ranks_sum: float | None, clock: Clock
-    ) -> None:
-        metrics = {**window.step_metrics(self.strategy, all_ranks_sum), **self.strategy.step_details()}
-        metrics.update(self.instruments.step_metrics(clock))  # memory, step_time, profile, compile
-        self._last["train"] = {"loss": metrics["loss"]}
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.events.on_step(
-            step_event(self.step, self.epoch, self.rank, lr=lr, grad_norm=grad_norm, **metrics)
-        )
-
-    def _info(self) -> FitStartEvent:
-        info = FitStartEvent(
-            run=self.run,
-            rank=self.rank,
-            world_size=self.world_size,
-            strategy=self.strategy.describe(),
-            epochs=self.config.epochs,
-            steps_per_epoch=self.steps_per_epoch,
-            total_steps=self.total_steps,
-            start_step=self.step,
-            config=self.config.to_dict(),
-            time=time.time(),
-        )
-        return {**info, "resume_changes": self._resume_changes} if self._resume_changes else info
-
-    def _summary(self, status: str, error: BaseException | None) -> FitEndEvent:
-        extras = {**self.instruments.summary(), **self._last}  # compile totals, the last metrics per split
-        where = (self.step, self.epoch, self.rank)
-        return fit_end_event(*where, status=status, error=error, checkpoint=self.checkpoint, **extras)
+    def _ending(self) -> dict[str, Any]:
+        """What the fit's last event adds: the checkpoint and the compile totals."""
+        return {"checkpoint": self.checkpoint, **self.instruments.summary()}
 
     def _check_finite(self, window: LogWindow, pending: torch.Tensor | None = None) -> float | None:
         """The loss sum since the last check, over ranks (`check_finite`); raises if NaN or infinite."""
-        where = dict(
-            step=self.step, epoch=self.epoch, checkpoint=self.checkpoint, precision=self.config.precision
-        )
-        return check_finite(self.strategy, window, pending, settings=self.settings, **where)
-
-    # ------------------------------------------------------------------ state
+        at = dict(step=self.step, epoch=self.epoch, checkpoint=self.checkpoint, settings=self.settings)
+        return check_finite(self.strategy, window, pending, precision=self.config.precision, **at)
 
     def _start(self, resume: bool | str | os.PathLike) -> None:
+        """Where a fit starts: from scratch (seeded), or where the checkpoint `resume` names left off."""
         resumed = self.record.resume(resume, self.model, self.optimizer, self.scaler)
         self._resume_changes = resumed.describe() if resumed is not None else ""
         if resumed is None:

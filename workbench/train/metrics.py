@@ -25,6 +25,10 @@ import torch
 TARGET_KEYS = ("labels", "label", "targets", "target", "y")
 
 
+class MetricError(ValueError):
+    """A metric raised or returned something else than a number; the message names it."""
+
+
 @runtime_checkable
 class Metric(Protocol):
     """A metric computed from sums that add over batches and ranks."""

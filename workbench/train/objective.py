@@ -30,7 +30,7 @@ import torch
 
 from workbench.data import Dataset, batch_size_of, describe_batch
 from workbench.train.diagnose import explain_loss_error, explain_model_error, raise_explained
-from workbench.train.metrics import Accuracy, Metric, as_metric, is_classification
+from workbench.train.metrics import Accuracy, Metric, MetricError, as_metric, is_classification
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 StepFn = Callable[[torch.nn.Module, Any], Any]
@@ -79,6 +79,7 @@ class Objective:
         self.classification = classification
         self._checked_shapes = False
         self._checked_grad = False
+        self._checked_metrics = not self.metrics  # the user's metrics tried on the first training batch
 
     @classmethod
     def for_data(cls, loss_fn: Any, step_fn: Any, metrics: Mapping[str, Any] | None, train: Any) -> Objective:
@@ -130,7 +131,23 @@ class Objective:
             self._checked_grad = torch.is_grad_enabled() and model.training
         if self.classification is None:
             self.classification = is_classification(outputs, batch)
+        if not self._checked_metrics and outputs is not None:
+            self._check_metrics(outputs, batch)
         return loss, outputs
+
+    def _check_metrics(self, outputs: Any, batch: Any) -> None:
+        """Each of the user's metrics on the first training batch, before any step: one that raises or
+        returns no number would otherwise fail at the first evaluation, an epoch later."""
+        self._checked_metrics = True
+        with torch.no_grad():
+            for name, metric in self.metrics.items():
+                try:
+                    metric.sums(outputs, batch)  # under no_grad: nothing reaches the graph
+                except Exception as error:  # the user's code: name the metric, keep its error as the cause
+                    raise MetricError(
+                        f"metrics[{name!r}] failed on the first training batch, before any step (it runs on "
+                        f"val and test after each epoch): {error}"
+                    ) from error
 
     def evaluate(
         self, model: torch.nn.Module, batch: Any, predict: Callable[[torch.nn.Module, Any], Any]

@@ -19,9 +19,11 @@ import datetime
 import faulthandler
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 import types
 from collections.abc import Callable, Sequence
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -64,12 +67,15 @@ class Payload:
     environ: dict[str, str]
     sys_path: list[str]
     spec: bytes  # a cloudpickled WorkerSpec
+    launcher_pid: int = 0  # the workers outlive it only by a moment (see `watch_launcher`)
+    shared_folder: str = ""  # its shared arrays, which the last worker removes if it was killed
 
     @classmethod
     def of(cls, spec: WorkerSpec, shared: SharedArrays) -> Payload:
         """The launcher's cwd, environment and sys.path now, and `spec` pickled (user code by value, large
         tensors and arrays as files of `shared`)."""
-        return cls(os.getcwd(), dict(os.environ), list(sys.path), dumps_by_value(spec, spec.fn, shared))
+        pickled = dumps_by_value(spec, spec.fn, shared)
+        return cls(os.getcwd(), dict(os.environ), list(sys.path), pickled, os.getpid(), str(shared.folder))
 
     def open(self) -> WorkerSpec:
         """Stand where the launcher stood and unpickle the spec (in the worker)."""
@@ -206,6 +212,7 @@ def run_worker(
     """Entry point of a worker (a `multiprocessing.Process` target)."""
     output.use()
     _die_with_parent()
+    watch_launcher(payload.launcher_pid, payload.shared_folder)
     # A daemonic process may not start children, but a DataLoader with num_workers > 0 starts some. This
     # worker already dies with its parent (above), which is what daemon=True was for; its loader workers
     # watch it and exit when it does.
@@ -280,3 +287,31 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the launcher's cleanup is the only guard
         pass
+
+
+def watch_launcher(pid: int, shared_folder: str, interval_s: float = 0.5) -> None:
+    """Exit this worker within `interval_s` of the launcher's death, removing its shared arrays' folder.
+
+    A worker dies with its parent (`_die_with_parent`), but a fork server's workers have the server as their
+    parent, and the server may outlive a launcher killed with SIGKILL or SIGTERM, which can no longer stop
+    them: they would train on to the end of their function and leave the folder in /dev/shm. A zombie (a
+    dead launcher its own parent has not reaped yet) counts as gone.
+    """
+    if pid <= 0:
+        return
+
+    def watch() -> None:
+        while _alive(pid):
+            time.sleep(interval_s)
+        if shared_folder:
+            shutil.rmtree(shared_folder, ignore_errors=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="workbench-launcher-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
