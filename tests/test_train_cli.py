@@ -45,6 +45,18 @@ def test_resume_continues_a_stopped_run(tmp_path, capsys):
     assert [e["start_step"] for e in read_metrics(tmp_path / "r", kind="fit_start")] == [0, 46]
 
 
+def test_a_second_fresh_run_under_the_same_name_is_refused_unless_overwrite(tmp_path, capsys):
+    args = ["train", "regression-linear", "--epochs", "1", "--run", "r", "--runs-dir", str(tmp_path)]
+    assert main(args) == 0
+    log = (tmp_path / "r" / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("workbench train: error: the run 'r' already holds a run") and "--overwrite" in err
+    assert (tmp_path / "r" / "metrics.jsonl").read_text() == log  # nothing rewritten
+    assert main([*args, "--overwrite"]) == 0
+
+
 def test_an_elastic_restart_before_the_first_checkpoint_starts_over(tmp_path, capsys, monkeypatch):
     args = ["train", "regression-linear", "--epochs", "1", "--run", "r", "--runs-dir", str(tmp_path)]
     args.append("--resume")

@@ -385,8 +385,11 @@ def test_custom_optimizer_factory_plugs_in(digits_splits):
 
 def test_a_fresh_fit_starts_the_log_over_and_a_resumed_one_appends(tmp_path, digits_splits):
     config = TrainConfig(epochs=1, batch_size=256)
-    for _ in range(2):
-        Trainer(_mlp(), functional.cross_entropy, digits_splits, config, run="again", runs_dir=tmp_path).fit()
+    for overwrite in (False, True):  # the second: asked to start the run over (refused otherwise)
+        Trainer(
+            _mlp(), functional.cross_entropy, digits_splits, config, run="again", runs_dir=tmp_path,
+            overwrite=overwrite,
+        ).fit()  # fmt: skip
     assert len(read_metrics(tmp_path / "again", kind="fit_start")) == 1
     longer = config.replace(epochs=2)
     Trainer(_mlp(), functional.cross_entropy, digits_splits, longer, run="again", runs_dir=tmp_path).fit(

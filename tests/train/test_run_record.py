@@ -110,3 +110,21 @@ def test_a_symlink_planted_in_the_run_folder_is_refused_and_its_target_untouched
     ):
         trainer.fit()
     assert target.read_text() == "keep me"
+
+
+def test_a_fresh_fit_on_a_name_that_holds_a_run_is_refused_unless_overwrite(tmp_path):
+    """A fresh fit used to rewrite the run's log and checkpoint without a word (issue 44)."""
+    config = TrainConfig(epochs=1, batch_size=8)
+    Trainer(_model(), F.cross_entropy, DATA, config, run="kept", runs_dir=tmp_path).fit()
+    log = (tmp_path / "kept" / "metrics.jsonl").read_text()
+    again = Trainer(_model(), F.cross_entropy, DATA, config, run="kept", runs_dir=tmp_path)
+    with pytest.raises(
+        ValueError, match=r"the run 'kept' already holds a run \(metrics.jsonl and "
+    ) as refused:
+        again.fit()
+    for fix in ("fit(resume=True) (--resume)", "another run name", "overwrite=True) (--overwrite)"):
+        assert fix in str(refused.value)
+    assert (tmp_path / "kept" / "metrics.jsonl").read_text() == log and again.step == 0
+    assert again.fit(resume=True).epoch == 1  # resuming it is allowed: nothing left to train
+    fresh = Trainer(_model(), F.cross_entropy, DATA, config, run="kept", runs_dir=tmp_path, overwrite=True)
+    assert fresh.fit().step == 8 and (tmp_path / "kept" / "metrics.jsonl").read_text() != log

@@ -94,6 +94,7 @@ def logged_seconds(splits: Splits, config: TrainConfig, folder: str) -> tuple[fl
         callbacks=callbacks,
         run="bench",
         runs_dir=folder,
+        overwrite=True,  # each repeat writes the same run again
     )
     clock = WorkClock()
     # metrics.jsonl's writer and the loggers, each timed

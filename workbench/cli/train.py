@@ -53,6 +53,9 @@ def add(commands: argparse._SubParsersAction) -> None:
         "the SQLite store RUNS_DIR/mlflow.db (the mlflow extra); give --log twice for both",
     )
     train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
+    train.add_argument(
+        "--overwrite", action="store_true", help="start the run over if its name holds one (else refused)"
+    )
     ddp = train.add_argument_group(f"several processes (--strategy {', '.join(DISTRIBUTED)})")
     ddp.add_argument("--strategy", choices=tuple(STRATEGIES), default="single")
     ddp.add_argument(

@@ -51,7 +51,7 @@ def loggers(tools: list[str], runs_dir: Path) -> list[Any]:
 
 def _resume_after_restart(resume: bool, run_dir: Any, main: bool) -> bool:
     """`--resume`, except after torchrun restarted the workers before the run's first checkpoint: then the
-    metrics log is this job's own failed try, and training starts over (a plain fit rewrites the log)."""
+    metrics log is this job's own failed try, and training starts over (False: the caller overwrites it)."""
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if not (resume and restart.isdigit() and int(restart) > 0 and run_dir is not None):
         return resume
@@ -90,9 +90,12 @@ def train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) 
         run=args.run_name,
         runs_dir=args.runs_dir,
         strategy=strategy,
+        overwrite=args.overwrite,
     )
+    resume = _resume_after_restart(args.resume, trainer.run_dir, main)
+    trainer.record.overwrite |= args.resume and not resume  # a restart's own failed try, started over
     with _stop_on_ctrl_c(trainer.control, alone=strategy is None) as pressed:
-        result = trainer.fit(resume=_resume_after_restart(args.resume, trainer.run_dir, main))
+        result = trainer.fit(resume=resume)
     if pressed:
         saved = (
             f"checkpoint {result.checkpoint}: continue with --resume" if result.checkpoint else "not saved"

@@ -115,7 +115,8 @@ class Trainer:
         callbacks: receivers of the loop's events (dashboards, loggers, progress bars).
         control: a `TrainControl` through which another thread pauses, stops or changes lr/clipping
             (under a launcher, its control unless given here: see `workbench.train.supervision`).
-        run: a run name; with it, metrics, config and checkpoints go to ``runs_dir/run/``.
+        run: a run name; with it, metrics, config and checkpoints go to ``runs_dir/run/``; a fresh fit on a
+            name that holds a run is refused (``fit(resume=True)`` continues it) unless ``overwrite=True``.
         runs_dir: where run directories live (default ``runs``).
         optimizer_factory: ``factory(params, optimizer_config) -> torch.optim.Optimizer`` for optimizers
             beyond sgd/adam/adamw (e.g. the fused numba ones).
@@ -158,6 +159,7 @@ class Trainer:
         runs_dir: str | os.PathLike = "runs",
         optimizer_factory: OptimizerFactory | None = None,
         strategy: Strategy | None = None,
+        overwrite: bool = False,
     ) -> None:
         check_arguments(model, config, strategy, callbacks, optimizer_factory)
         self.config = supervised_config(config)  # inside a launcher's workers: Launch(config=...)'s
@@ -194,7 +196,7 @@ class Trainer:
         self.step = self.epoch = self._position = 0
         self.settings = Settings.of(self.config)  # the lr and clipping in force
         self._resume_changes = ""  # the optimizer settings a resume changed, as one line
-        self.record = RunRecord(self.run_dir, self.strategy, self.config)  # lock, config.json, checkpoints
+        self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite)  # lock, files, resume
         steps = (self.total_steps, self.steps_per_epoch)
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
 

@@ -249,10 +249,13 @@ def check_resumable(
             )
 
 
-def resume_path(resume: bool | str | os.PathLike, run_dir: RunDir | None) -> Path | None:
+def resume_path(
+    resume: bool | str | os.PathLike, run_dir: RunDir | None, overwrite: bool = False
+) -> Path | None:
     """The checkpoint ``fit(resume=...)`` continues from: ``True``, the run's own (None for a run that never
     started: a fresh start; refused for a run that logged but never saved, so its log is not rewritten); a
-    path, that file; ``False``, none."""
+    path, that file; ``False``, none, and then a run name that already holds a run (its metrics log or
+    checkpoint) is refused unless `overwrite`: a fresh fit would replace them."""
     if resume is True:
         if run_dir is None:
             raise ValueError("resume=True needs a run name (Trainer(..., run='name')); or pass a path")
@@ -264,15 +267,25 @@ def resume_path(resume: bool | str | os.PathLike, run_dir: RunDir | None) -> Pat
         if (run_dir.path / METRICS_FILE).exists():  # a run that never saved: resuming would start it over
             raise ValueError(
                 f"nothing to resume in {run_dir.path}: it has a metrics log but no {CHECKPOINT_FILE} (the "
-                "run stopped before its first save); fit without resume to start it over (its metrics.jsonl "
-                "is then rewritten), or train under another run name"
+                "run stopped before its first save); start it over with overwrite=True (--overwrite; its "
+                "metrics.jsonl is then rewritten), or train under another run name"
             )
         return None  # a run that never started: nothing to lose, a fresh start
-    return Path(resume) if resume else None
+    if resume:
+        return Path(resume)
+    held = [name for name in (METRICS_FILE, CHECKPOINT_FILE) if run_dir and _holds(run_dir.path / name)]
+    if held and not overwrite:
+        assert run_dir is not None
+        raise ValueError(
+            f"the run {run_dir.path.name!r} already holds a run ({' and '.join(held)} in {run_dir.path}), "
+            "which a fresh fit would replace; continue it with fit(resume=True) (--resume), train under "
+            "another run name, or start it over with Trainer(..., overwrite=True) (--overwrite)"
+        )
+    return None
 
 
 def agreed_resume_path(
-    resume: bool | str | os.PathLike, run_dir: RunDir | None, strategy: Strategy
+    resume: bool | str | os.PathLike, run_dir: RunDir | None, strategy: Strategy, overwrite: bool = False
 ) -> Path | None:
     """Rank 0's answer to "resume from where?" (`resume_path`), taken by every rank. The run's files change
     while the ranks look (rank 0 starts the metrics log as soon as it has decided), so ranks deciding alone
@@ -280,10 +293,15 @@ def agreed_resume_path(
     decision: Path | ValueError | None = None
     if strategy.is_main:
         try:
-            decision = resume_path(resume, run_dir)
+            decision = resume_path(resume, run_dir, overwrite)
         except ValueError as error:
             decision = error
     agreed = strategy.gather_object(decision)[0]
     if isinstance(agreed, ValueError):
         raise ValueError(str(agreed))
     return agreed
+
+
+def _holds(path: Path) -> bool:
+    """`path` is a file a fit wrote (a planted symbolic link is not: writing through it is refused)."""
+    return path.exists() and not path.is_symlink()

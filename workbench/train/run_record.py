@@ -28,14 +28,17 @@ from workbench.train.strategy import Strategy
 
 
 class RunRecord:
-    """The run directory of one trainer (`run_dir` None: nothing is written, nothing resumes but a path).
+    """The run directory of one trainer (`run_dir` None: nothing is written, nothing resumes but a path);
+    `overwrite`: a fresh fit may replace a run the directory already holds (refused otherwise).
 
     Attributes:
         checkpoint: the last checkpoint written or resumed from.
     """
 
-    def __init__(self, run_dir: RunDir | None, strategy: Strategy, config: TrainConfig) -> None:
-        self.run_dir, self.strategy, self.config = run_dir, strategy, config
+    def __init__(
+        self, run_dir: RunDir | None, strategy: Strategy, config: TrainConfig, overwrite: bool = False
+    ) -> None:
+        self.run_dir, self.strategy, self.config, self.overwrite = run_dir, strategy, config, overwrite
         self.checkpoint: Path | None = None
         self._writes = run_dir is not None and strategy.is_main  # one writer, also on a shared filesystem
 
@@ -66,7 +69,7 @@ class RunRecord:
     ) -> ResumedState | None:
         """Load the checkpoint ``fit(resume=...)`` goes on from (the ranks agree on it) into `model`,
         `optimizer` and `scaler`; None for a fresh start. New optimizer settings are printed by rank 0."""
-        path = agreed_resume_path(resume, self.run_dir, self.strategy)
+        path = agreed_resume_path(resume, self.run_dir, self.strategy, self.overwrite)
         if path is None:
             return None
         resumed = restore_training_state(path, self.strategy, model, optimizer, scaler, self.config)
