@@ -156,8 +156,7 @@ class TrainControl:
         with self._condition:
             if self._paused and not self._stop:
                 self._condition.wait_for(lambda: not self._paused or self._stop, timeout=wait)
-            changes, self._pending = self._pending, Changes()
-            return changes
+            return self.take_changes()  # the condition's lock is re-entrant
 
     def take_changes(self) -> Changes:
         """Return and clear the pending changes without waiting (a launcher forwarding them)."""

@@ -100,12 +100,12 @@ class FitEndEvent(_FitEndFields, total=False):
 
 def step_event(step: int, epoch: int, rank: int, **fields: Any) -> StepEvent:
     """A `StepEvent` of `fields` (``loss``, ``lr``, ``grad_norm``, ``samples_per_s`` and any extras)."""
-    return {"step": step, "epoch": epoch, **fields, "rank": rank, "time": time.time()}
+    return _stamped(step, epoch, rank, fields)
 
 
 def eval_event(step: int, epoch: int, rank: int, split: str, metrics: dict[str, float]) -> EvalEvent:
     """An `EvalEvent`: `metrics` of `split` (``loss`` and the others by name)."""
-    return {"step": step, "epoch": epoch, "split": split, **metrics, "rank": rank, "time": time.time()}
+    return _stamped(step, epoch, rank, {"split": split, **metrics})
 
 
 def fit_end_event(
@@ -125,4 +125,9 @@ def fit_end_event(
         "checkpoint": None if checkpoint is None else str(checkpoint),
         **extras,
     }
+    return _stamped(step, epoch, rank, fields)
+
+
+def _stamped(step: int, epoch: int, rank: int, fields: dict[str, Any]) -> Any:
+    """`fields` between the step and epoch they belong to and the rank and time they come from."""
     return {"step": step, "epoch": epoch, **fields, "rank": rank, "time": time.time()}

@@ -4,11 +4,12 @@ The ranks form a grid with one named dimension per parallelism (torch's ``Device
 ``tp=2``, ranks {0, 1} and {2, 3} are tensor-parallel pairs (adjacent ranks: in practice the GPUs of one
 machine, which talk in every layer) and {0, 2}, {1, 3} the data-parallel groups (which talk once per step or
 per FSDP unit). Each parallelism is a function applied to the model on its own dimension, in the style of
-torchtitan's ``apply_*``; `ComposedParallel.wrap` applies them in order, tensor parallel first:
+torchtitan's ``apply_*``, kept in its own module beside the strategy that uses it alone;
+`ComposedParallel.wrap` applies them in order, tensor parallel first:
 
 - `apply_tensor_parallel` on ``"tp"``: the plan's Linear layers split column- and row-wise (Megatron);
 - `apply_fully_shard` on ``"fsdp"``: FSDP2 shards what tensor parallel left on each rank;
-- `apply_data_parallel` on ``"dp"``: the gradients averaged over the data-parallel group after backward.
+- `average_gradients` on ``"dp"``: the gradients averaged over the data-parallel group after backward.
 
 A tensor-parallel pair reads the same samples; the data-parallel groups read different shards, so the global
 batch is ``batch_size × (ranks / tp)``. Adding a parallelism is one ``apply_*`` function, a name in
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -31,11 +31,11 @@ from torch import nn
 
 from workbench._validate import check_int
 from workbench.parallel.strategies.distributed import average_gradients
-from workbench.parallel.strategies.fsdp import FullyShardedDataParallel
+from workbench.parallel.strategies.fsdp import FullyShardedDataParallel, apply_fully_shard
 from workbench.parallel.strategies.pipeline import PipelineParallel
 from workbench.parallel.strategies.registry import DEFAULT_TP
 from workbench.parallel.strategies.sharded import ShardedStrategy
-from workbench.parallel.strategies.tensor_parallel import TensorParallel
+from workbench.parallel.strategies.tensor_parallel import TensorParallel, apply_tensor_parallel
 from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
 from workbench.train.step_time import Clock
@@ -82,25 +82,6 @@ def parse_composition(composition: str) -> tuple[str, str]:
             "shards once per micro-batch); use 'ddp+pp', or 'fsdp+tp' to split the layers instead"
         )
     return data[0], model
-
-
-def apply_tensor_parallel(model: nn.Module, mesh: Any, plan: Mapping[str, str]) -> None:
-    """Split the `plan`'s Linear layers over the 1-D `mesh` ("colwise" / "rowwise"), in place."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-    styles: dict[str, Any] = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
-    parallelize_module(model, mesh, {name: styles[style]() for name, style in plan.items()})
-
-
-def apply_fully_shard(
-    model: nn.Module, mesh: Any, units: Sequence[nn.Module], reshard_after_forward: bool = True
-) -> None:
-    """FSDP2 over the 1-D `mesh`: each of `units` its own unit, then the root, in place."""
-    from torch.distributed.fsdp import fully_shard
-
-    for unit in units:
-        fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
 class ComposedParallel(ShardedStrategy):
@@ -196,9 +177,10 @@ class ComposedParallel(ShardedStrategy):
         model.to(self.device)
         apply_tensor_parallel(model, mesh[self.model_dim], self.tensor.plan_for(model))
         if self.data_dim == "fsdp":
-            warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(\w+\) returned a view tensor")
-            units = self.fsdp._unit_modules(model)
-            apply_fully_shard(model, mesh["fsdp"], units, self.fsdp.reshard_after_forward)
+            units = self.fsdp.unit_modules(model)
+            apply_fully_shard(
+                model, mesh["fsdp"], units, reshard_after_forward=self.fsdp.reshard_after_forward
+            )
         else:
             self._dp_group = mesh["dp"].get_group()
         self.module = model

@@ -76,7 +76,7 @@ class FullyShardedDataParallel(ShardedStrategy):
             "compiling sharded blocks is not built here",
         )
         if model is not None:
-            self._unit_modules(model)
+            self.unit_modules(model)
         if self.cpu_offload and not torch.cuda.is_available():
             raise ValueError(
                 "cpu_offload=True needs GPUs (nccl): it moves the shards from GPU memory to pinned host "
@@ -88,24 +88,19 @@ class FullyShardedDataParallel(ShardedStrategy):
             )
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        """Shard `model` in place: `fully_shard` on each unit, then on the root.
+        """Shard `model` in place (`apply_fully_shard`); on CPU, time its collectives call by call."""
+        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
 
-        Also silences torch's warning that a unit returned a view (a Linear on (B, T, C) inputs does): it
-        guards against changing that output in place, which the Trainer never does.
-        """
-        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
-
-        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(\w+\) returned a view tensor")
-        options: dict[str, Any] = {
-            "mesh": self.mesh(),
-            "reshard_after_forward": self.reshard_after_forward,
-            "offload_policy": CPUOffloadPolicy() if self.cpu_offload else OffloadPolicy(),
-        }
+        offload = CPUOffloadPolicy() if self.cpu_offload else OffloadPolicy()
         model.to(self.device)
-        units = self._unit_modules(model)
-        for unit in units:
-            fully_shard(unit, **options)
-        fully_shard(model, **options)
+        units = self.unit_modules(model)
+        apply_fully_shard(
+            model,
+            self.mesh(),
+            units,
+            reshard_after_forward=self.reshard_after_forward,
+            offload_policy=offload,
+        )
         if self.device.type == "cpu":  # synchronous collectives: their calls are the rank's waits
             self._collectives = CollectiveTimes()
             for module in (*units, model):
@@ -140,7 +135,8 @@ class FullyShardedDataParallel(ShardedStrategy):
     def summary(self) -> str:
         return "FSDP, CPU offload" if self.cpu_offload else "FSDP"
 
-    def _unit_modules(self, model: nn.Module) -> list[nn.Module]:
+    def unit_modules(self, model: nn.Module) -> list[nn.Module]:
+        """The submodules that become FSDP units (`units`, or every top-level child with parameters)."""
         if self.units is None:
             return [child for child in model.children() if any(True for _ in child.parameters())]
         modules = dict(model.named_modules())
@@ -152,6 +148,21 @@ class FullyShardedDataParallel(ShardedStrategy):
                     f"{layers}"
                 )
         return [modules[unit] for unit in self.units]
+
+
+def apply_fully_shard(model: nn.Module, mesh: Any, units: Sequence[nn.Module], **options: Any) -> None:
+    """FSDP2 over the 1-D `mesh`, in place: each of `units` its own unit, then the root; `options` are
+    ``fully_shard``'s (``reshard_after_forward``, ``offload_policy``).
+
+    Also silences torch's warning that a unit returned a view (a Linear on (B, T, C) inputs does): it
+    guards against changing that output in place, which the Trainer never does.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(\w+\) returned a view tensor")
+    for unit in units:
+        fully_shard(unit, mesh=mesh, **options)
+    fully_shard(model, mesh=mesh, **options)
 
 
 @contextlib.contextmanager

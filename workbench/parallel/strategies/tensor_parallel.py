@@ -117,16 +117,20 @@ class TensorParallel(ShardedStrategy):
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """Split the plan's layers across the ranks, in place (`parallelize_module`)."""
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-        styles: dict[str, Any] = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
-        plan = {name: styles[style]() for name, style in self.plan_for(model).items()}
-        parallelize_module(model.to(self.device), self.mesh(), plan)
+        apply_tensor_parallel(model.to(self.device), self.mesh(), self.plan_for(model))
         self.module = model
         return model
 
     def summary(self) -> str:
         return "tensor parallel"
+
+
+def apply_tensor_parallel(model: nn.Module, mesh: Any, plan: Mapping[str, str]) -> None:
+    """Split the `plan`'s Linear layers over the 1-D `mesh` ("colwise" / "rowwise"), in place."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    styles: dict[str, Any] = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    parallelize_module(model, mesh, {name: styles[style]() for name, style in plan.items()})
 
 
 def default_plan(model: nn.Module) -> dict[str, str]:
