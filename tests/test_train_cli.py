@@ -151,6 +151,16 @@ def test_ddp_refuses_fewer_than_one(flag, capsys):
     assert f"{flag} must be ≥ 1, got 0" in capsys.readouterr().err
 
 
+def test_a_composition_trains_the_transformer_on_4_local_processes_from_the_command_line(capfd):
+    argv = ["train", "text-transformer", "--strategy", "fsdp+tp", "--tp", "2", "--nproc-per-node", "4"]
+    assert main([*argv, "--epochs", "1", "--n-samples", "512"]) == 0
+    last = capfd.readouterr().out.splitlines()[-1]
+    assert last.startswith("finished: 7 steps, 1 epochs in ")  # 409 samples, 32 per data shard, 2 shards
+    assert last.endswith(
+        "on 4 processes (gloo, cpu, 1 thread each), FSDP × tensor parallel, tensor-parallel groups of 2"
+    )
+
+
 @pytest.mark.parametrize("strategy", ["pipeline", "tensor", "fsdp"])
 def test_model_parallel_strategies_train_the_transformer_on_local_processes(strategy, capfd):
     argv = ["train", "text-transformer", "--strategy", strategy, "--epochs", "1", "--n-samples", "512"]
