@@ -383,3 +383,23 @@ def test_a_composition_is_checked_against_the_ranks_and_its_size_kept_in_the_tor
     assert main([*argv, "2", "--global-batch-size", "66", "--master-addr", "node0"]) == 0
     command = capsys.readouterr().out.rstrip()
     assert command.endswith("train digits-mlp --tp 2 --global-batch-size 66 --strategy fsdp+tp")
+
+
+def test_a_worker_failure_prints_its_whole_summary_even_when_another_ranks_error_holds_a_blank_line(
+    capsys, monkeypatch
+):
+    """gloo's error for the rank left waiting has a blank line in it; the line cut there lost the end."""
+    from workbench.parallel import WorkerFailed
+
+    summary = "rank 1 of 2 failed: killed by SIGKILL\nthen rank 0: DistBackendError: a\n\nb\n"
+    summary += "all 2 workers were stopped; launch again when fixed"
+
+    def fail(args):
+        raise WorkerFailed(
+            f"{summary}\n\nrank 1 traceback:\nTraceback (most recent call last): ...", 1, summary
+        )
+
+    monkeypatch.setattr("workbench.cli.train.train_distributed", fail)
+    assert main(["train", "digits-mlp", "--strategy", "ddp"]) == 1
+    err = capsys.readouterr().err
+    assert err == f"workbench train: error: {summary}\n"

@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"workbench train: error: {error}", file=sys.stderr)
         return 2
     except WorkerFailed as error:  # what failed where; the rank's traceback is for the API, not the terminal
-        print(f"workbench train: error: {str(error).split(chr(10) * 2)[0]}", file=sys.stderr)
+        # (not the message cut at its first blank line: another rank's error, quoted in it, may hold one)
+        print(f"workbench train: error: {error.summary}", file=sys.stderr)
         return 1
     except (ValueError, OSError, RunInUseError) as error:  # OSError: a run directory it cannot write
         said = error.strerror if isinstance(error, OSError) and error.strerror else error  # no "[Errno 27]"

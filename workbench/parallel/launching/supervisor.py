@@ -40,11 +40,13 @@ _STACK_WAIT_S = 0.5
 
 
 class WorkerFailed(RuntimeError):
-    """A worker raised or was killed; every worker has been stopped. ``rank`` is the first that failed."""
+    """A worker raised or was killed; every worker has been stopped. ``rank`` is the first that failed;
+    ``summary`` is the message without the traceback or stacks that follow it (what a terminal shows)."""
 
-    def __init__(self, message: str, rank: int) -> None:
+    def __init__(self, message: str, rank: int, summary: str | None = None) -> None:
         super().__init__(message)
         self.rank = rank
+        self.summary = message if summary is None else summary
 
 
 class SupervisedJob(Protocol):
@@ -257,10 +259,10 @@ class Supervisor:
             later = zip(failed[1:], lines[1:], strict=True)
             message += "\nthen " + "\n".join(f"rank {rank}: {line}" for rank, line in later)
         message += f"\nall {self.spec.world_size} workers were stopped; launch again when fixed"
-        report = self.reports.get(first)
+        summary, report = message, self.reports.get(first)
         if report is not None:
             message += f"\n\nrank {first} traceback:\n{report[2]}"
-        return WorkerFailed(message, first)
+        return WorkerFailed(message, first, summary)
 
     def _hung_failure(self) -> WorkerFailed | None:
         """A rank that gave up waiting in a collective while another was still running: the running one hung
@@ -278,10 +280,10 @@ class Supervisor:
             f"waiting for it after timeout_s={self.job.timeout_s:g}; all {self.spec.world_size} workers were "
             "stopped"
         )
-        stacks = self.hung[rank]
+        summary, stacks = message, self.hung[rank]
         if stacks:
             message += f"\n\nrank {rank} was here (Python stacks, most recent call first):\n{stacks}"
-        return WorkerFailed(message, rank)
+        return WorkerFailed(message, rank, summary)
 
     def _describe_exit(self, rank: int) -> str:
         code = self.processes[rank].exitcode or 0
