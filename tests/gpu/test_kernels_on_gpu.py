@@ -119,3 +119,18 @@ def test_clipping_that_is_not_asked_for_the_norm_never_waits_for_the_gpu(cuda):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert abs(float(torch.cat(grads).double().norm()) - min(1.0, float(want))) < 1e-4
+
+
+def test_a_kernel_runs_on_the_gpu_of_its_tensor_from_a_fresh_thread():
+    """A thread that never touched numba launches on the device of its tensor (the last GPU: on a machine
+    with several, not numba's default 0)."""
+    import threading
+
+    from workbench.kernels import sum as numba_sum
+
+    x = torch.randn(100_003, device=f"cuda:{torch.cuda.device_count() - 1}")
+    found = {}
+    thread = threading.Thread(target=lambda: found.update(total=numba_sum(x)))
+    thread.start()
+    thread.join()
+    assert abs(found["total"] - float(x.double().sum())) < 1e-3 * float(x.double().abs().sum()) ** 0.5

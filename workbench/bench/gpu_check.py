@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -132,8 +133,27 @@ def _pytest_checks(name: str, args: list[str], timeout: float, **env_vars: str) 
     return [summary, *failures]
 
 
+def parallel_args(workers: int, scheduling: str = "loadfile") -> list[str]:
+    """pytest-xdist's arguments for `workers` processes (one file's tests stay on one worker, in order), or
+    none where xdist is not installed: the kernels compile on the CPU, in every process, so on a machine
+    with cores to spare the workers share the compiling (the GPU is shared; the tests time nothing).
+
+    Example:
+        >>> parallel_args(1)
+        []
+    """
+    if workers <= 1 or importlib.util.find_spec("xdist") is None:
+        return []
+    return ["-n", str(workers), "--dist", scheduling]
+
+
+def _workers(most: int) -> int:
+    return max(1, min(most, (os.cpu_count() or 1) // 2))
+
+
 def _gpu_tests() -> list[Check]:
-    return _pytest_checks("gpu tests", ["tests/gpu", "tests/kernels"], timeout=300)
+    args = ["tests/gpu", "tests/kernels", *parallel_args(_workers(8))]
+    return _pytest_checks("gpu tests", args, timeout=300)
 
 
 def _fsdp_tests() -> list[Check]:
@@ -175,7 +195,7 @@ GPU_NOTEBOOKS = ("01_gpu_kernels", "03_data_parallel", "05_mixed_precision", "06
 def _notebooks() -> list[Check]:
     """The tutorials whose GPU paths matter, by nbval at their full (GPU) sizes on this Python's kernel."""
     paths = [f"notebooks/{name}.ipynb" for name in GPU_NOTEBOOKS]
-    args = ["--nbval-lax", "--nbval-current-env", *paths]
+    args = ["--nbval-lax", "--nbval-current-env", *paths, *parallel_args(_workers(len(paths)))]
     return _pytest_checks("notebooks", args, timeout=900, WORKBENCH_QUICK="0")
 
 
@@ -227,17 +247,17 @@ def _training(measurement: str) -> Callable[[], list[Check]]:
 
 def default_steps() -> list[Step]:
     """The steps of the check, in the order they run, with their planned seconds: as measured on an H100
-    (2026-11-26; gpu tests with an empty kernel cache), dashboard and input paths estimated."""
+    (2026-11-26, runs 3 and 4 in docs/gpu/raw; gpu tests with an empty kernel cache on 8 xdist workers)."""
     return [
         Step("doctor", 10, _doctor),
-        Step("gpu tests", 240, _gpu_tests, needs="tests/gpu"),
-        Step("fsdp on this torch", 65, _fsdp_tests, needs="tests/parallel"),
+        Step("gpu tests", 130, _gpu_tests, needs="tests/gpu"),
+        Step("fsdp on this torch", 85, _fsdp_tests, needs="tests/parallel"),
         Step("hardware", 20, _hardware),
         Step("kernels", 60, _kernels),
-        Step("trainer", 20, _training("trainer_against_hand_loop")),
-        Step("precision and compile", 40, _training("precision_and_compile")),
-        Step("dashboard", 30, _training("dashboard_overhead")),
-        Step("input paths", 40, _training("input_paths")),
+        Step("trainer", 15, _training("trainer_against_hand_loop")),
+        Step("precision and compile", 50, _training("precision_and_compile")),
+        Step("dashboard", 15, _training("dashboard_overhead")),
+        Step("input paths", 10, _training("input_paths")),
         Step("notebooks", 300, _notebooks, needs="notebooks"),
     ]
 

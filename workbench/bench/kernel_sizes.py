@@ -13,3 +13,4 @@ SIZES = {
     True: {"matmul": 2048, "vector": 16 * MILLION, "params": 10 * MILLION, "xent": (4096, 1000)},
     False: {"matmul": 4096, "vector": 100 * MILLION, "params": 100 * MILLION, "xent": (32768, 1000)},
 }
+WIDE_XENT = (8192, 50_000)  # the kernels issue's size, a language model's vocabulary: measured in full runs

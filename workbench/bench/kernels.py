@@ -30,8 +30,12 @@ import torch
 from torch.nn import functional
 
 from workbench._validate import check_int
-from workbench.bench.kernel_sizes import MILLION, SIZES
-from workbench.devices.microbench import benchmark_hardware, cuda_seconds, float32_matmul_precision
+from workbench.bench.kernel_sizes import MILLION, SIZES, WIDE_XENT
+from workbench.devices.microbench import (
+    alternating_cuda_seconds,
+    benchmark_hardware,
+    float32_matmul_precision,
+)
 from workbench.tables import html_table, text_table
 
 _CLIP_TENSORS = 10  # clipping runs over this many equal gradient tensors
@@ -198,7 +202,8 @@ def _gpu_rows(
 
     def measure(name, size, counterpart, ours, theirs, flops, moved, unit) -> KernelRow:
         peak = peak_gflops if unit == "GFLOP/s" else peak_gbs
-        ours_s, torch_s = cuda_seconds(ours, repeats, _INNER), cuda_seconds(theirs, repeats, _INNER)
+        seconds = alternating_cuda_seconds({"ours": ours, "torch": theirs}, repeats, _INNER)
+        ours_s, torch_s = seconds["ours"], seconds["torch"]
         return KernelRow(name, size, counterpart, ours_s, torch_s, flops, moved, unit, peak)
 
     yield from _matmul_rows(measure, sizes["matmul"], device, generator)
@@ -206,6 +211,8 @@ def _gpu_rows(
     yield from _optimizer_rows(measure, sizes["params"], device, generator)
     yield from _clip_rows(measure, sizes["params"], device, generator)
     yield from _xent_rows(measure, *sizes["xent"], device, generator)
+    if not quick:
+        yield from _xent_rows(measure, *WIDE_XENT, device, generator)
 
 
 def _matmul_rows(measure: Measure, n: int, device: torch.device, generator: torch.Generator):
@@ -315,18 +322,19 @@ def torch_clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> Callable
 
 
 def _xent_rows(measure: Measure, rows: int, classes: int, device: torch.device, generator: torch.Generator):
-    from workbench.kernels import softmax_cross_entropy
+    """Forward and backward as autograd runs them: d loss / d logits, a fresh gradient per call."""
+    from workbench.kernels import numba_cross_entropy
 
-    logits = torch.randn(rows, classes, device=device, generator=generator)
+    logits = torch.randn(rows, classes, device=device, generator=generator, requires_grad=True)
     targets = torch.randint(0, classes, (rows,), device=device, generator=generator)
     yield measure(
-        "softmax_cross_entropy",
+        "softmax_cross_entropy fwd+bwd",
         f"{rows}×{classes}",
-        "F.cross_entropy",
-        lambda: softmax_cross_entropy(logits, targets),
-        lambda: functional.cross_entropy(logits, targets),
-        4 * rows * classes,  # max, subtract, exp, add per element
-        4 * rows * classes,  # the logits read once
+        "F.cross_entropy fwd+bwd",
+        lambda: torch.autograd.grad(numba_cross_entropy(logits, targets), logits),
+        lambda: torch.autograd.grad(functional.cross_entropy(logits, targets), logits),
+        7 * rows * classes,  # forward: max, subtract, exp, add; backward: subtract, exp, scale per logit
+        12 * rows * classes,  # the logits read twice, their gradient written once
         "GB/s",
     )
 

@@ -145,7 +145,7 @@ class ShardedLoader:
         return math.ceil(self.num_samples / self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for batch in self.indices().split(self.batch_size):
+        for batch in _on_device_of(self.indices(), self.dataset.features).split(self.batch_size):
             yield self.dataset.features[batch], self.dataset.targets[batch]
 
     def __repr__(self) -> str:
@@ -153,6 +153,18 @@ class ShardedLoader:
             f"ShardedLoader({self.dataset.name!r}, batch_size={self.batch_size}, rank={self.rank}, "
             f"world_size={self.world_size}, {self.num_samples} samples, {len(self)} batches)"
         )
+
+
+def _on_device_of(order: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """The epoch's order where the features are, copied once per epoch: indexing a GPU-resident dataset
+    with a CPU index copies that index from pageable memory at every batch, and such a copy waits for the
+    GPU to finish its queued work, so the host could not queue a step while the last one ran (the Trainer
+    measured 1.14× a hand loop that kept its order on the GPU, H100, 2026-11-26)."""
+    if features.device == order.device:
+        return order
+    if features.device.type == "cuda":  # page-locked: the copy is queued, not waited for
+        return order.pin_memory().to(features.device, non_blocking=True)
+    return order.to(features.device)
 
 
 @dataclass(frozen=True)

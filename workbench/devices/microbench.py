@@ -235,6 +235,28 @@ def cuda_seconds(run: Callable[[], object], repeats: int, inner: int = _GPU_INNE
     return statistics.median(samples)
 
 
+def alternating_cuda_seconds(
+    runs: dict[str, Callable[[], object]], repeats: int, inner: int = _GPU_INNER
+) -> dict[str, float]:
+    """`cuda_seconds` of several variants, their samples taken in turn (a, b, a, b, ...) after a warm-up of
+    each, so that a change in the GPU's clocks or in the machine's load touches every variant alike."""
+    for run in runs.values():
+        for _ in range(inner):
+            run()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                run()
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) / 1e3 / inner)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def _of_datasheet(value: float, peak: float | None, unit: str, sheet: GpuDatasheet | None) -> str:
     if sheet is None or peak is None:
         return ""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -149,13 +149,16 @@ def measure_training_step(
 class PeakMemory:
     """The allocator's peak over one training step, in bytes: `before` (what was alive when it began:
     parameters, buffers, optimizer state, the batch) plus `during` (the most the step allocated on top);
-    `source` names the counter. `proxy` is the older component count of the same step (`StepMemory`)."""
+    `source` names the counter. `proxy` is the older component count of the same step (`StepMemory`).
+    `held_apart`: on CUDA, what the device held when the step began that is not the step's (the cuBLAS and
+    cuBLASLt workspaces its first step made, other models' tensors): left out of `peak`."""
 
     peak: int
     before: int
     during: int
     source: str
     proxy: StepMemory | None = None
+    held_apart: int = 0
 
 
 def allocator_peak(step: Callable[[], object], alive: list[torch.Tensor], device: torch.device) -> PeakMemory:
@@ -164,7 +167,9 @@ def allocator_peak(step: Callable[[], object], alive: list[torch.Tensor], device
     CPU: torch.profiler's memory events (``profile_memory=True``): each allocation and free of torch's CPU
     allocator with its running total of what the profiled code allocated; `before` is the bytes of the
     distinct storages of `alive` (what the step starts with; its gradients must be None). CUDA:
-    ``torch.cuda.max_memory_allocated`` over the step (peak statistics reset first).
+    ``torch.cuda.max_memory_allocated`` over the step (peak statistics reset first), less what the device
+    held at the start beyond `alive` (`held_apart`: library workspaces, cached handles, other tensors), so
+    that both counters measure the step's own tensors.
 
     Example:
         >>> kept = torch.zeros(1000)  # 4,000 bytes alive before
@@ -172,22 +177,23 @@ def allocator_peak(step: Callable[[], object], alive: list[torch.Tensor], device
         >>> peak.before, peak.during // 1000  # kB: the ones and their double were alive together
         (4000, 16)
     """
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}
+    before = sum(storages.values())
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
+        held_apart = max(0, torch.cuda.memory_allocated(device) - before)
         step()
         torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device)
-        return PeakMemory(peak, before, peak - before, "torch.cuda.max_memory_allocated")
+        peak = torch.cuda.max_memory_allocated(device) - held_apart
+        source = "torch.cuda.max_memory_allocated, less what was held apart"
+        return PeakMemory(peak, before, peak - before, source, held_apart=held_apart)
     import json
     import tempfile
     from pathlib import Path
 
     from torch.profiler import ProfilerActivity, profile
 
-    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}
-    before = sum(storages.values())
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recorded:
         step()
     with tempfile.TemporaryDirectory(prefix="workbench-peak-") as folder:
@@ -244,15 +250,20 @@ def measure_peak(
         buckets.buffers.clear()  # the measured step's buckets are logged anew
     parameters = [local(t) for t in (*model.parameters(), *model.buffers())]
     peak = allocator_peak(step, [*parameters, *state_tensors(optimizer), inputs, targets], device)
-    if buckets is not None and device.type != "cuda":  # CUDA's counter saw them allocated already
+    if buckets is not None:  # alive from the first step on
         bucket_bytes = sum(buckets.buffers.values())
-        peak = PeakMemory(peak.peak + bucket_bytes, peak.before + bucket_bytes, peak.during, peak.source)
+        if device.type == "cuda":  # the device held them at the start: counted back from what was held apart
+            moved = min(bucket_bytes, peak.held_apart)
+            peak = replace(peak, peak=peak.peak + moved, before=peak.before + moved,
+                           held_apart=peak.held_apart - moved)  # fmt: skip
+        else:  # the CPU profile saw no allocation of them
+            peak = replace(peak, peak=peak.peak + bucket_bytes, before=peak.before + bucket_bytes)
     if not proxy:
         return peak
     components = measure_training_step(
         model, optimizer, loss_fn, inputs, targets, autocast_dtype=autocast_dtype
     )
-    return PeakMemory(peak.peak, peak.before, peak.during, peak.source, components)
+    return replace(peak, proxy=components)
 
 
 def _own_storage(tensor: torch.Tensor) -> torch.Tensor:

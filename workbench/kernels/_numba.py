@@ -227,10 +227,30 @@ class Buffer:
 
 def _view_of_tensor(t: torch.Tensor) -> Any:
     if t.device.type == "cuda":
+        cuda = load_cuda()
+        follow_device(cuda, t.device.index)
         # sync=False: no host wait on the tensor's stream; our kernels run on torch's current stream,
         # after the work torch queued there
-        return load_cuda().as_cuda_array(t, sync=False)
+        return cuda.as_cuda_array(t, sync=False)
     return t.numpy()
+
+
+def follow_device(cuda: Any, index: int | None) -> None:
+    """Make GPU `index` numba's current device in this thread when it is not, so that the kernels (and the
+    stream they launch on) run on the device that holds their tensors: ``cuda:1`` from a thread whose
+    numba device is 0 launches on GPU 1. One device's id read when it already is (the common case).
+
+    Example (a stand-in for numba.cuda that records the switch):
+        >>> from types import SimpleNamespace
+        >>> chosen = []
+        >>> device_0 = SimpleNamespace(id=0)
+        >>> fake = SimpleNamespace(get_current_device=lambda: device_0, select_device=chosen.append)
+        >>> follow_device(fake, 0), follow_device(fake, 1), chosen
+        (None, None, [1])
+    """
+    index = 0 if index is None else index
+    if cuda.get_current_device().id != index:
+        cuda.select_device(index)
 
 
 def as_buffer(x: Any, name: str, *, dtypes: tuple[str, ...] = FLOAT32, ndim: int | None = None) -> Buffer:

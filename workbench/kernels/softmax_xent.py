@@ -41,11 +41,13 @@ from workbench.kernels._numba import (
     scalar_result,
     zeros,
 )
+from workbench.kernels.reduce import accumulate_into
 from workbench.kernels.targets import F32_1D, F32_2D, KernelTarget
 
 cuda: Any = None  # numba.cuda, bound on the first launch (importing this module imports no numba)
 
 GPU_MAX_THREADS, SIMULATOR_MAX_THREADS = 256, 1  # per row (fewer for fewer classes); see `launch`
+LOADS_IN_FLIGHT = 8  # logits each thread loads before using any, per round over its row
 
 
 def softmax_cross_entropy_spec(logits: Any, targets: Any) -> tuple[float, np.ndarray]:
@@ -104,15 +106,15 @@ def softmax_cross_entropy(logits: Any, targets: Any, *, threads: int | None = No
     x, t = check_operands(logits, targets)
     n, c = x.shape
     threads = _row_threads(c, threads)
-    loss, lse = zeros((1,), like=x), empty((n,), like=x)
+    loss, lse, row_loss = zeros((1,), like=x), empty((n,), like=x), empty((n,), like=x)
     # grid N (one block per row), block `threads`; shared 2·`threads` floats; each thread: ceil(C/threads)
-    # global reads and exps, log2(threads) halving steps (the last 5 in warp shuffles from 32 threads up);
-    # thread 0: 1 read of x[target], 1 write of
-    # lse, 1 atomic add to the mean
+    # global reads (LOADS_IN_FLIGHT at a time) and exps, log2(threads) halving steps (the last 5 in warp
+    # shuffles from 32 threads up); thread 0: 1 read of x[target], 1 write of lse and of the row's loss / N,
+    # which the sum kernel then adds up (one atomic per block of rows, not one per row on one address)
     inv_n = np.float32(1 / n)
-    launch(
-        _forward_kernel(threads), n, threads, x.stream(), x.device, t.device, lse.device, loss.device, inv_n
-    )
+    forward = _forward_kernel(threads)
+    launch(forward, n, threads, x.stream(), x.device, t.device, lse.device, row_loss.device, inv_n)
+    accumulate_into(loss, row_loss, square=False)
     return scalar_result(loss), lse.result()
 
 
@@ -227,7 +229,8 @@ def _row_threads(classes: int, threads: int | None) -> int:
     if threads is not None:
         return check_power_of_two("threads", threads)
     most = SIMULATOR_MAX_THREADS if on_simulator() else GPU_MAX_THREADS
-    return min(most, 1 << max(0, math.ceil(math.log2(classes))))
+    least = min(most, WARP)
+    return max(least, min(most, 1 << max(0, math.ceil(math.log2(classes / LOADS_IN_FLIGHT)))))
 
 
 @cache
@@ -252,24 +255,31 @@ def _forward_kernel(threads: int) -> Any:
         return top, total
 
     @cuda.jit
-    def forward(logits, targets, lse, loss, inv_n):
+    def forward(logits, targets, lse, row_loss, inv_n):
         row = cuda.blockIdx.x
         tid = cuda.threadIdx.x
         classes = logits.shape[1]
         maxima = cuda.shared.array(threads, float32)
         sums = cuda.shared.array(threads, float32)
-        # one pass over the row (online softmax): a running max m and Σ exp(x - m), rescaled when m grows
+        # one pass over the row (online softmax): a running max m and Σ exp(x - m), rescaled when m grows;
+        # LOADS_IN_FLIGHT logits a block-width apart are loaded before any is used (independent loads)
+        chunk = cuda.local.array(LOADS_IN_FLIGHT, float32)  # registers: every index below is a constant
         m = float32(-math.inf)
         s = float32(0)
-        for j in range(tid, classes, threads):
-            x = logits[row, j]
-            if x > m:
-                s = s * math.exp(m - x) + float32(1)
-                m = x
-            elif (
-                m > float32(-math.inf) or x != x
-            ):  # masked (-inf) logits before any finite one add 0; NaN spreads
-                s += math.exp(x - m)
+        for base in range(tid, classes, threads * LOADS_IN_FLIGHT):
+            top = m
+            for k in range(LOADS_IN_FLIGHT):
+                j = base + k * threads
+                x = logits[row, j] if j < classes else float32(-math.inf)
+                chunk[k] = x
+                top = max(top, x)  # a NaN x is skipped here and spreads through its exp below
+            if top > m:  # rescale the sum to the new max (s is 0 while m is -inf)
+                s = s * math.exp(m - top) if s > 0 else s
+                m = top
+            for k in range(LOADS_IN_FLIGHT):
+                x = chunk[k]
+                if m > float32(-math.inf) or x != x:  # masked (-inf) logits before any finite one add 0
+                    s += math.exp(x - m)
         maxima[tid] = m
         sums[tid] = s
         cuda.syncthreads()
@@ -293,7 +303,7 @@ def _forward_kernel(threads: int) -> Any:
             target = targets[row]
             # a target outside [0, C) (unchecked on the host for CUDA tensors) makes the loss NaN
             picked = logits[row, target] if 0 <= target < classes else float32(math.nan)
-            cuda.atomic.add(loss, 0, (row_lse - picked) * inv_n)
+            row_loss[row] = (row_lse - picked) * inv_n
 
     return forward
 
