@@ -30,6 +30,7 @@ def test_the_dashboard_against_the_trainer_alone():
 
 
 def test_the_input_paths():
-    resident, wait = gpu_training.input_paths(device="cpu", epochs=1)
+    resident, wait = gpu_training.input_paths(device="cpu", epochs=1, loader_workers=1)
     assert resident.target == ">= 3" and resident.value > 0
     assert wait.unit == "of step time" and 0 <= wait.value <= 1 and "logged steps" in wait.detail
+    assert "the loader alone" in wait.detail
