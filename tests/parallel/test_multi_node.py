@@ -199,3 +199,49 @@ def test_this_machines_own_name_resolving_to_loopback_hosts_at_its_default_route
         socket.gethostname(), nnodes=2, local_addr="10.9.9.9", environ={"GLOO_SOCKET_IFNAME": "ib0"}
     )
     assert (kept.args, kept.env) == (["--rdzv-conf", "is_host=1"], {})
+
+
+MPI_RANK = """
+import torch, torch.distributed as dist
+from workbench.parallel import join_process_group_from_env
+join_process_group_from_env(timeout_s=30)
+total = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(total)
+print("sum", total.item())
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_under_mpirun_on_two_hosts_whose_name_resolves_to_loopback_find_each_other(two_hosts):
+    """What `mpirun -x MASTER_ADDR=<first host>` gives each process (Open MPI's variables, one rank per
+    machine): gloo listened on loopback and the ranks could not connect ("connectFullMesh failed"), as
+    `workbench torchrun` already handled; now the rank picks the interface that reaches MASTER_ADDR."""
+    (host_a, address_a), (host_b, _) = two_hosts.items()
+    launchers = ("OMPI_", "PMI", "SLURM_", "GLOO_", "MASTER_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launchers)}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(name, None)
+    ranks = []
+    for rank, host in enumerate((host_a, host_b)):
+        mpi = {
+            "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "MASTER_ADDR": address_a, "MASTER_PORT": "29517",
+        }  # fmt: skip
+        ranks.append(
+            subprocess.Popen(
+                ["ip", "netns", "exec", host, sys.executable, "-c", MPI_RANK],
+                env={**env, **mpi},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    try:
+        outputs = [rank.communicate(timeout=90)[0] for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    assert [rank.returncode for rank in ranks] == [0, 0], outputs
+    assert all("sum 3.0" in output for output in outputs), outputs
+    if "resolves to loopback" in outputs[0]:  # this machine's name does: rank 0 said which interface
+        assert "the interface that reaches 10.77.0.1" in outputs[0]

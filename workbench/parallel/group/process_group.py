@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from workbench._validate import check_choice
 from workbench.parallel.group.launch_env import TORCHRUN_VARIABLES, detect_launch_env
+from workbench.parallel.group.network import gloo_interface_env
 
 BACKENDS = ("gloo", "nccl")
 
@@ -43,6 +44,16 @@ def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1
             "script.py` (or use launch() in a notebook)"
         )
     os.environ.update(launcher.variables())
+    interface = gloo_interface_env(launcher.master_addr, os.environ)
+    if interface and launcher.rank == 0:
+        print(
+            f"workbench: note: this machine's name {socket.gethostname()!r} resolves to loopback, where gloo "
+            f"would listen; it uses {interface['GLOO_SOCKET_IFNAME']}, the interface that reaches "
+            f"{launcher.master_addr} (set GLOO_SOCKET_IFNAME to choose another)",
+            file=sys.stderr,
+            flush=True,
+        )
+    os.environ.update(interface)
     if backend is not None:
         check_choice("backend", backend, BACKENDS)
     if dist.is_initialized():

@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 
 import psutil
 
-_ANY_PORT = 9  # a UDP "connect" sends nothing: it only asks the kernel which route and address it would use
+from workbench.parallel.group.network import default_route_address as _default_route_address
+from workbench.parallel.group.network import interface_of as _interface_of
+from workbench.parallel.group.network import is_loopback_literal as _is_loopback_literal
+from workbench.parallel.group.network import name_resolves_to_loopback as _name_resolves_to_loopback
+from workbench.parallel.group.network import own_addresses as _own_addresses
+from workbench.parallel.group.network import resolve as _resolve
+from workbench.parallel.group.network import route_address as _route_address
 
 
 @dataclass(frozen=True)
@@ -85,64 +91,6 @@ def torchrun_network_settings(
         + f" ({' '.join(args)}{' ' if args and env else ''}{' '.join(f'{k}={v}' for k, v in env.items())})"
     )
     return NetworkSettings(args, env, reason)
-
-
-def _is_loopback_literal(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _name_resolves_to_loopback() -> bool:
-    try:
-        found = {
-            info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP)
-        }
-    except OSError:
-        return True  # an unresolvable name: torch falls back to loopback too
-    return all(ipaddress.ip_address(address.split("%")[0]).is_loopback for address in found)
-
-
-def _resolve(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    try:
-        return ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        pass
-    try:
-        return ipaddress.ip_address(socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0])
-    except OSError:
-        raise ValueError(
-            f"the rendezvous host {host!r} does not resolve on this machine; give its IP address instead"
-        ) from None
-
-
-def _route_address(destination: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    """This machine's address on the route to `destination` (None without a route)."""
-    family = socket.AF_INET6 if destination.version == 6 else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((str(destination), _ANY_PORT))
-        except OSError:
-            return None
-        return probe.getsockname()[0]
-
-
-def _default_route_address() -> str | None:
-    return _route_address(ipaddress.ip_address("192.0.2.1"))  # TEST-NET-1: only the default route leads there
-
-
-def _own_addresses() -> set[str]:
-    return {a.address.split("%")[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
-
-
-def _interface_of(address: str) -> str | None:
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.address.split("%")[0] == address for a in addrs):
-            return name
-    return None
 
 
 def stop_agent_after_its_workers(grace_s: float, *, poll_s: float = 1.0) -> threading.Thread:
