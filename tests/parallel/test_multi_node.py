@@ -245,3 +245,24 @@ def test_ranks_under_mpirun_on_two_hosts_whose_name_resolves_to_loopback_find_ea
     assert all("sum 3.0" in output for output in outputs), outputs
     if "resolves to loopback" in outputs[0]:  # this machine's name does: rank 0 said which interface
         assert "the interface that reaches 10.77.0.1" in outputs[0]
+
+
+def test_without_a_default_route_the_machines_only_address_is_where_the_others_reach_it(monkeypatch):
+    """`--master-addr <own name>` on a machine without a default route said no interface reaches it,
+    although eth0 does: its only address is taken; with several, the error lists them."""
+    import ipaddress
+    import socket
+
+    from workbench.parallel.launching import multi_node
+
+    monkeypatch.setattr(multi_node, "_name_resolves_to_loopback", lambda: True)
+    monkeypatch.setattr(multi_node, "_default_route_address", lambda: None)
+    monkeypatch.setattr(multi_node, "_resolve", lambda host: ipaddress.ip_address("127.0.1.1"))
+    monkeypatch.setattr(multi_node, "_interface_of", lambda address: {"10.7.0.1": "eth0"}.get(address, "ib0"))
+    monkeypatch.setattr(multi_node, "_own_addresses", lambda: {"127.0.0.1", "::1", "fe80::9", "10.7.0.1"})
+    settings = multi_node.torchrun_network_settings(socket.gethostname(), nnodes=2, environ={})
+    assert settings.args == ["--rdzv-conf", "is_host=1", "--local-addr", "10.7.0.1"]
+    assert settings.env == {"GLOO_SOCKET_IFNAME": "eth0"}
+    monkeypatch.setattr(multi_node, "_own_addresses", lambda: {"127.0.0.1", "10.7.0.1", "10.8.0.1"})
+    with pytest.raises(ValueError, match=r"addresses: 10\.7\.0\.1 \(eth0\), 10\.8\.0\.1 \(ib0\)\); give"):
+        multi_node.torchrun_network_settings(socket.gethostname(), nnodes=2, environ={})

@@ -20,8 +20,8 @@ _ANY_PORT = 9  # a UDP "connect" sends nothing: it only asks the kernel which ro
 def gloo_interface_env(master_addr: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     """``{"GLOO_SOCKET_IFNAME": interface}`` where this machine's name resolves to loopback, the rendezvous
     `master_addr` is not a loopback address (so other machines may take part) and no interface was named:
-    the interface on the route to `master_addr` (to the default route when `master_addr` is this machine's
-    own name). Empty otherwise, and where no interface reaches it (gloo's default then applies).
+    the interface on the route to `master_addr` (when `master_addr` is this machine's own name: the default
+    route's, else its only address's). Empty otherwise, and where no interface reaches it (gloo's default then applies).
 
     Example:
         >>> gloo_interface_env("127.0.0.1")  # one machine: nothing to change
@@ -34,7 +34,10 @@ def gloo_interface_env(master_addr: str, environ: dict[str, str] | None = None) 
         endpoint = resolve(master_addr)
     except ValueError:
         return {}  # torch's rendezvous says it better
-    own = default_route_address() if endpoint.is_loopback else route_address(endpoint)
+    if endpoint.is_loopback:  # this machine's own name: where the others reach it
+        own = default_route_address() or only_address(own_addresses())
+    else:
+        own = route_address(endpoint)
     interface = None if own is None else interface_of(own)
     if interface is None or ipaddress.ip_address(own).is_loopback:
         return {}
@@ -97,3 +100,28 @@ def interface_of(address: str) -> str | None:
         if any(a.address.split("%")[0] == address for a in addrs):
             return name
     return None
+
+
+def candidate_addresses(addresses: set[str]) -> list[str]:
+    """The addresses other machines could reach this one at: not loopback, not link-local.
+
+    Example:
+        >>> candidate_addresses({"127.0.0.1", "::1", "fe80::1", "10.0.0.5"})
+        ['10.0.0.5']
+    """
+    found = []
+    for address in addresses:
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            continue
+        if not (parsed.is_loopback or parsed.is_link_local):
+            found.append(address)
+    return sorted(found)
+
+
+def only_address(addresses: set[str]) -> str | None:
+    """The one address of `candidate_addresses`, or None where there are none or several (a machine with
+    no default route: its name resolves to loopback, and one interface is the only way others reach it)."""
+    found = candidate_addresses(addresses)
+    return found[0] if len(found) == 1 else None

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from workbench.parallel.group.network import candidate_addresses, only_address
 from workbench.parallel.group.network import default_route_address as _default_route_address
 from workbench.parallel.group.network import interface_of as _interface_of
 from workbench.parallel.group.network import is_loopback_literal as _is_loopback_literal
@@ -67,12 +68,18 @@ def torchrun_network_settings(
     endpoint = _resolve(endpoint_host)
     # a name that resolves to loopback here is this machine's own (Debian's 127.0.1.1): the others reach it
     # at its address on the default route
-    own = _default_route_address() if endpoint.is_loopback else _route_address(endpoint)
+    # (without a default route, the machine's only address on a network: others can reach it at no other)
+    if endpoint.is_loopback:
+        own = _default_route_address() or only_address(_own_addresses())
+    else:
+        own = _route_address(endpoint)
     if own is None or ipaddress.ip_address(own).is_loopback:
+        addresses = ", ".join(f"{a} ({_interface_of(a)})" for a in candidate_addresses(_own_addresses()))
         raise ValueError(
             f"this machine's name {socket.gethostname()!r} resolves to a loopback address and no network "
-            f"interface reaches {endpoint_host!r}; give --master-addr the first machine's address on the "
-            "network the machines share (e.g. 10.0.0.1), or set GLOO_SOCKET_IFNAME and --local-addr yourself"
+            f"interface reaches {endpoint_host!r} (this machine's addresses: {addresses or 'none'}); give "
+            "--master-addr the first machine's address on the network the machines share (e.g. 10.0.0.1), "
+            "or set GLOO_SOCKET_IFNAME and --local-addr yourself"
         )
     args: list[str] = []
     hosting = endpoint.is_loopback or str(endpoint) in _own_addresses()
