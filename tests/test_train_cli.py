@@ -403,3 +403,22 @@ def test_a_worker_failure_prints_its_whole_summary_even_when_another_ranks_error
     assert main(["train", "digits-mlp", "--strategy", "ddp"]) == 1
     err = capsys.readouterr().err
     assert err == f"workbench train: error: {summary}\n"
+
+
+def test_spark_ranks_get_the_collective_timeout_given(monkeypatch):
+    """--collective-timeout reached the ranks of torchrun and mpirun but not Spark's, which waited the
+    1800 s default for a frozen task."""
+    import argparse
+    import contextlib
+
+    from workbench.cli import train_distributed
+    from workbench.parallel.launching import spark
+
+    given = {}
+    monkeypatch.setattr(spark, "spark_session", lambda master: contextlib.nullcontext("session"))
+    monkeypatch.setattr(spark, "run_on_spark", lambda fn, n, **options: given.update(options) or 0)
+    args = argparse.Namespace(
+        spark_master="local[2]", nproc_per_node=2, spark_on_driver=False, backend=None, collective_timeout=42
+    )
+    assert train_distributed._train_on_spark(args, lambda strategy: 0, strategy=None) == 0
+    assert given["timeout_s"] == 42 and given["spark"] == "session"

@@ -135,4 +135,5 @@ def _train_on_spark(args: argparse.Namespace, train: Any, strategy: Any) -> int:
             local_mode=args.spark_on_driver,
             spark=session,
             backend=args.backend,
+            timeout_s=args.collective_timeout,
         )
