@@ -422,3 +422,23 @@ def test_spark_ranks_get_the_collective_timeout_given(monkeypatch):
     )
     assert train_distributed._train_on_spark(args, lambda strategy: 0, strategy=None) == 0
     assert given["timeout_s"] == 42 and given["spark"] == "session"
+
+
+def test_a_failed_spark_job_is_one_line_with_sparks_reason_and_the_retry():
+    """What Py4J raised when a rank's task was killed (its first lines, as Spark 4 words them): the CLI said
+    it with a ~60-line Java stack; `spark_failure` keeps Spark's reason and says what to do."""
+    from workbench.parallel.launching.spark import spark_failure
+
+    Py4JJavaError = type("Py4JJavaError", (Exception,), {"__module__": "py4j.protocol"})
+    said = (
+        "An error occurred while calling o47.collectToPython.\n: org.apache.spark.SparkException: Job "
+        "aborted due to stage failure: Could not recover from a failed barrier ResultStage. Most recent "
+        "failure reason: Stage failed because barrier task ResultTask(0, 1) finished unsuccessfully.\n"
+        "org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] ...\n\tat org.apache.spark..."
+    )
+    summary = spark_failure(Py4JJavaError(said))
+    assert summary.startswith(
+        "the Spark job failed: Stage failed because barrier task ResultTask(0, 1) finished unsuccessfully. "
+    )
+    assert "\n" not in summary and "--resume" in summary
+    assert spark_failure(RuntimeError(said)) is None  # not from Spark: the caller's own error, raised

@@ -125,15 +125,22 @@ def _share_global_batch(args: argparse.Namespace, ranks: int) -> None:
 
 def _train_on_spark(args: argparse.Namespace, train: Any, strategy: Any) -> int:
     """The ranks as Spark tasks (or on the driver) of a session on --spark-master."""
-    from workbench.parallel.launching.spark import run_on_spark, spark_session
+    from workbench.parallel.launching.spark import run_on_spark, spark_failure, spark_session
 
     with spark_session(args.spark_master) as session:
-        return run_on_spark(
-            train,
-            args.nproc_per_node,
-            strategy=strategy,
-            local_mode=args.spark_on_driver,
-            spark=session,
-            backend=args.backend,
-            timeout_s=args.collective_timeout,
-        )
+        try:
+            return run_on_spark(
+                train,
+                args.nproc_per_node,
+                strategy=strategy,
+                local_mode=args.spark_on_driver,
+                spark=session,
+                backend=args.backend,
+                timeout_s=args.collective_timeout,
+            )
+        except Exception as error:  # a failed task: one line, not Py4J's Java stack
+            summary = spark_failure(error)
+            if summary is None:
+                raise
+            print(f"workbench train: error: {summary}", file=sys.stderr)
+            return 1

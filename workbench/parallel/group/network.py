@@ -21,7 +21,8 @@ def gloo_interface_env(master_addr: str, environ: dict[str, str] | None = None) 
     """``{"GLOO_SOCKET_IFNAME": interface}`` where this machine's name resolves to loopback, the rendezvous
     `master_addr` is not a loopback address (so other machines may take part) and no interface was named:
     the interface on the route to `master_addr` (when `master_addr` is this machine's own name: the default
-    route's, else its only address's). Empty otherwise, and where no interface reaches it (gloo's default then applies).
+    route's, else its only address's). Empty otherwise, and where no interface reaches it (gloo's default
+    then applies).
 
     Example:
         >>> gloo_interface_env("127.0.0.1")  # one machine: nothing to change

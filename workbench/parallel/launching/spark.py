@@ -24,6 +24,7 @@ else whatever ``python3`` is on PATH, not necessarily this interpreter).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -110,7 +111,7 @@ def _spark_rank(payload: bytes, backend: str | None, timeout_s: float) -> Any:
     import cloudpickle
     import torch.distributed as dist
 
-    from workbench.parallel.group.process_group import join_process_group_from_env
+    from workbench.parallel.group.process_group import join_process_group_from_env, lost_peer
     from workbench.parallel.strategies.data_parallel import DataParallel
 
     fn, args, strategy, cwd, path = cloudpickle.loads(payload)
@@ -120,12 +121,45 @@ def _spark_rank(payload: bytes, backend: str | None, timeout_s: float) -> Any:
     strategy = strategy if strategy is not None else DataParallel()
     join_process_group_from_env(backend, timeout_s, who="run_on_spark")
     strategy.bind()
+    failed = True
     try:
         value = [fn(strategy, *args)]
         dist.broadcast_object_list(value, src=0)  # whichever rank's output Spark returns, it is rank 0's
+        failed = False
         return value[0]
+    except Exception as error:
+        lost = lost_peer(error)
+        if lost is None:
+            raise
+        print(
+            f"workbench: error: rank {dist.get_rank()} lost {lost} (another rank's Spark task stopped, or "
+            "the network between them failed)",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(1) from None  # one line, not gloo's error and the traceback of a barrier after it
     finally:
-        strategy.close()
+        strategy.close(wait_for_others=not failed)
+
+
+def spark_failure(error: BaseException) -> str | None:
+    """One line for a Spark job that failed under `run_on_spark` (the Py4J error that carries Spark's
+    reason and its Java stack), or None for any other error.
+
+    Example:
+        >>> spark_failure(RuntimeError("my own bug")) is None
+        True
+    """
+    if type(error).__module__.split(".")[0] not in ("py4j", "pyspark"):
+        return None
+    text = str(error)
+    found = re.search(r"Most recent failure reason: ([^\n]*)", text)
+    found = found or re.search(r"Exception: ([^\n]*)", text)
+    reason = (found.group(1) if found else text.strip().splitlines()[0]).strip().rstrip(".")
+    return (
+        f"the Spark job failed: {reason}. The ranks' own lines above say why; Spark does not retry a failed "
+        "barrier stage: run the command again (with --resume to continue from the last checkpoint)"
+    )
 
 
 def _session(spark: Any) -> Any:
