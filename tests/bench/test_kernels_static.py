@@ -54,3 +54,23 @@ def test_an_unknown_kernel_name_lists_the_known_ones(capsys):
         "--kernel 'matmul strassen' is not a kernel; known: matmul naive, matmul tiled"
         in capsys.readouterr().err
     )
+
+
+def test_full_sizes_put_the_h100s_measured_time_beside_the_prediction():
+    """measured / predicted for the register matmul: the issue-slot time (roofline / FFMA share) against the
+    time the stored H100 report's rate gives."""
+    from workbench.bench.gpu_report import Check, GpuReport
+    from workbench.bench.kernels_static import StaticPrediction
+
+    work = kernel_work("matmul register", False)
+    compiled = {"name": "matmul register", "ffma_share": 0.5, "registers": 216, "shared_bytes": 8448}
+    h100 = StaticRow({**compiled, "occupancy": 0.125}, GPUS["sm_90"], *work)
+    a100 = StaticRow({**compiled, "occupancy": 0.125}, GPUS["sm_80"], *work)
+    timed = Check("matmul register 4096³", 0.45, "× torch", "", "", None, "20,000 GFLOP/s, 45% of peak")
+    report = GpuReport({"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-26"}, [timed], [], 0.0)
+    table = StaticPrediction((a100, h100), quick=False, measured=report).table()
+    predicted = 2 * 4096**3 / 67e12 / 0.5
+    measured = 2 * 4096**3 / 20e12
+    assert "measured / predicted" in table and f"{measured / predicted:.2f}" in table
+    assert f"{1e3 * measured:.3g}" in table and "measured: NVIDIA H100 80GB HBM3, 2026-11-26" in table
+    assert StaticPrediction((h100,), quick=True).table().count("measured") == 0  # quick sizes: not measured
