@@ -220,19 +220,7 @@ def cuda_seconds(run: Callable[[], object], repeats: int, inner: int = _GPU_INNE
 
     Each of the `repeats` samples times `inner` calls in a row, so short kernels time accurately.
     """
-    for _ in range(inner):
-        run()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / inner)  # elapsed_time is in ms
-    return statistics.median(samples)
+    return alternating_cuda_seconds({"run": run}, repeats, inner)["run"]
 
 
 def alternating_cuda_seconds(
