@@ -103,7 +103,7 @@ def test_each_host_finds_its_own_address_and_only_the_first_hosts_the_rendezvous
     (host_a, address_a), (host_b, address_b) = two_hosts.items()
     probe = (
         "import sys; from workbench.parallel.launching import multi_node as m; "
-        "m._name_resolves_to_loopback = lambda: True; "
+        "m.network.name_resolves_to_loopback = lambda: True; "
         "s = m.torchrun_network_settings(sys.argv[1], nnodes=2, rdzv_conf='join_timeout=5', environ={}); "
         "print(s.args, s.env)"
     )
@@ -175,9 +175,10 @@ def test_a_cut_network_stops_both_hosts_within_the_collective_timeout_with_one_l
 
 @pytest.mark.parametrize("endpoint", ["127.0.0.1", "localhost", "[::1]"])
 def test_a_loopback_endpoint_is_several_machines_tried_on_this_one_and_changes_nothing(endpoint, monkeypatch):
+    from workbench.parallel.group import network
     from workbench.parallel.launching import multi_node
 
-    monkeypatch.setattr(multi_node, "_name_resolves_to_loopback", lambda: True)
+    monkeypatch.setattr(network, "name_resolves_to_loopback", lambda: True)
     settings = multi_node.torchrun_network_settings(endpoint, nnodes=2, environ={})
     assert (settings.args, settings.env) == ([], {})
 
@@ -186,12 +187,13 @@ def test_this_machines_own_name_resolving_to_loopback_hosts_at_its_default_route
     import ipaddress
     import socket
 
+    from workbench.parallel.group import network
     from workbench.parallel.launching import multi_node
 
-    monkeypatch.setattr(multi_node, "_name_resolves_to_loopback", lambda: True)
-    monkeypatch.setattr(multi_node, "_default_route_address", lambda: "10.1.2.3")
-    monkeypatch.setattr(multi_node, "_interface_of", lambda address: "eth7")
-    monkeypatch.setattr(multi_node, "_resolve", lambda host: ipaddress.ip_address("127.0.1.1"))  # Debian's
+    monkeypatch.setattr(network, "name_resolves_to_loopback", lambda: True)
+    monkeypatch.setattr(network, "default_route_address", lambda: "10.1.2.3")
+    monkeypatch.setattr(network, "interface_of", lambda address: "eth7")
+    monkeypatch.setattr(network, "resolve", lambda host: ipaddress.ip_address("127.0.1.1"))  # Debian's
     settings = multi_node.torchrun_network_settings(socket.gethostname(), nnodes=2, environ={})
     assert settings.args == ["--rdzv-conf", "is_host=1", "--local-addr", "10.1.2.3"]
     assert settings.env == {"GLOO_SOCKET_IFNAME": "eth7"}
@@ -253,16 +255,17 @@ def test_without_a_default_route_the_machines_only_address_is_where_the_others_r
     import ipaddress
     import socket
 
+    from workbench.parallel.group import network
     from workbench.parallel.launching import multi_node
 
-    monkeypatch.setattr(multi_node, "_name_resolves_to_loopback", lambda: True)
-    monkeypatch.setattr(multi_node, "_default_route_address", lambda: None)
-    monkeypatch.setattr(multi_node, "_resolve", lambda host: ipaddress.ip_address("127.0.1.1"))
-    monkeypatch.setattr(multi_node, "_interface_of", lambda address: {"10.7.0.1": "eth0"}.get(address, "ib0"))
-    monkeypatch.setattr(multi_node, "_own_addresses", lambda: {"127.0.0.1", "::1", "fe80::9", "10.7.0.1"})
+    monkeypatch.setattr(network, "name_resolves_to_loopback", lambda: True)
+    monkeypatch.setattr(network, "default_route_address", lambda: None)
+    monkeypatch.setattr(network, "resolve", lambda host: ipaddress.ip_address("127.0.1.1"))
+    monkeypatch.setattr(network, "interface_of", lambda address: {"10.7.0.1": "eth0"}.get(address, "ib0"))
+    monkeypatch.setattr(network, "own_addresses", lambda: {"127.0.0.1", "::1", "fe80::9", "10.7.0.1"})
     settings = multi_node.torchrun_network_settings(socket.gethostname(), nnodes=2, environ={})
     assert settings.args == ["--rdzv-conf", "is_host=1", "--local-addr", "10.7.0.1"]
     assert settings.env == {"GLOO_SOCKET_IFNAME": "eth0"}
-    monkeypatch.setattr(multi_node, "_own_addresses", lambda: {"127.0.0.1", "10.7.0.1", "10.8.0.1"})
+    monkeypatch.setattr(network, "own_addresses", lambda: {"127.0.0.1", "10.7.0.1", "10.8.0.1"})
     with pytest.raises(ValueError, match=r"addresses: 10\.7\.0\.1 \(eth0\), 10\.8\.0\.1 \(ib0\)\); give"):
         multi_node.torchrun_network_settings(socket.gethostname(), nnodes=2, environ={})

@@ -35,14 +35,20 @@ def gloo_interface_env(master_addr: str, environ: dict[str, str] | None = None) 
         endpoint = resolve(master_addr)
     except ValueError:
         return {}  # torch's rendezvous says it better
-    if endpoint.is_loopback:  # this machine's own name: where the others reach it
-        own = default_route_address() or only_address(own_addresses())
-    else:
-        own = route_address(endpoint)
+    own = address_toward(endpoint)
     interface = None if own is None else interface_of(own)
     if interface is None or ipaddress.ip_address(own).is_loopback:
         return {}
     return {"GLOO_SOCKET_IFNAME": interface}
+
+
+def address_toward(endpoint: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """This machine's address on the route to `endpoint`; where `endpoint` is loopback (this machine's own
+    name, as Debian's 127.0.1.1), the address other machines reach it at: on the default route, else its
+    only network address (a machine without a default route). None where there is none."""
+    if endpoint.is_loopback:
+        return default_route_address() or only_address(own_addresses())
+    return route_address(endpoint)
 
 
 def is_loopback_literal(host: str) -> bool:

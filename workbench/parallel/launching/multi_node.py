@@ -27,14 +27,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from workbench.parallel.group.network import candidate_addresses, only_address
-from workbench.parallel.group.network import default_route_address as _default_route_address
-from workbench.parallel.group.network import interface_of as _interface_of
-from workbench.parallel.group.network import is_loopback_literal as _is_loopback_literal
-from workbench.parallel.group.network import name_resolves_to_loopback as _name_resolves_to_loopback
-from workbench.parallel.group.network import own_addresses as _own_addresses
-from workbench.parallel.group.network import resolve as _resolve
-from workbench.parallel.group.network import route_address as _route_address
+from workbench.parallel.group import network
 
 
 @dataclass(frozen=True)
@@ -63,18 +56,15 @@ def torchrun_network_settings(
         ValueError: the endpoint's name does not resolve, or no interface of this machine reaches it.
     """
     environ = os.environ if environ is None else environ
-    if nnodes <= 1 or _is_loopback_literal(endpoint_host) or not _name_resolves_to_loopback():
+    if nnodes <= 1 or network.is_loopback_literal(endpoint_host) or not network.name_resolves_to_loopback():
         return NetworkSettings()  # one machine, several "machines" tried on this one, or a proper name
-    endpoint = _resolve(endpoint_host)
+    endpoint = network.resolve(endpoint_host)
     # a name that resolves to loopback here is this machine's own (Debian's 127.0.1.1): the others reach it
-    # at its address on the default route
-    # (without a default route, the machine's only address on a network: others can reach it at no other)
-    if endpoint.is_loopback:
-        own = _default_route_address() or only_address(_own_addresses())
-    else:
-        own = _route_address(endpoint)
+    # at its address on the default route (without one, at its only network address)
+    own = network.address_toward(endpoint)
     if own is None or ipaddress.ip_address(own).is_loopback:
-        addresses = ", ".join(f"{a} ({_interface_of(a)})" for a in candidate_addresses(_own_addresses()))
+        candidates = network.candidate_addresses(network.own_addresses())
+        addresses = ", ".join(f"{a} ({network.interface_of(a)})" for a in candidates)
         raise ValueError(
             f"this machine's name {socket.gethostname()!r} resolves to a loopback address and no network "
             f"interface reaches {endpoint_host!r} (this machine's addresses: {addresses or 'none'}); give "
@@ -82,13 +72,13 @@ def torchrun_network_settings(
             "or set GLOO_SOCKET_IFNAME and --local-addr yourself"
         )
     args: list[str] = []
-    hosting = endpoint.is_loopback or str(endpoint) in _own_addresses()
+    hosting = endpoint.is_loopback or str(endpoint) in network.own_addresses()
     if hosting and "is_host" not in rdzv_conf:
         args += ["--rdzv-conf", ",".join(filter(None, [rdzv_conf, "is_host=1"]))]
     if local_addr is None:
         args += ["--local-addr", own]
     env = {}
-    interface = _interface_of(own)
+    interface = network.interface_of(own)
     if "GLOO_SOCKET_IFNAME" not in environ and interface is not None:
         env["GLOO_SOCKET_IFNAME"] = interface
     reason = (
