@@ -17,4 +17,11 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "load_ipython_extension"]
+
+
+def load_ipython_extension(shell: object) -> None:
+    """``%load_ext workbench``: the ``%ranks`` / ``%%ranks`` magics (`workbench.widgets.rank_cells`)."""
+    from workbench.widgets.rank_cells import load_ipython_extension as load
+
+    load(shell)

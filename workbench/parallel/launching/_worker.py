@@ -208,8 +208,10 @@ def run_worker(
     events: Connection,
     commands: Connection | None,
     inherited: Sequence[Connection],
+    cells: Connection | None = None,
 ) -> None:
-    """Entry point of a worker (a `multiprocessing.Process` target)."""
+    """Entry point of a worker (a `multiprocessing.Process` target). A rank of an interactive pool
+    (`rank_pool`) gets `cells`, its two-way connection to the notebook, as its function's second argument."""
     output.use()
     _die_with_parent()
     watch_launcher(payload.launcher_pid, payload.shared_folder)
@@ -224,7 +226,7 @@ def run_worker(
         spec = payload.open()
         stacks = stack_file(spec.result_dir, rank).open("w")  # kept open: the handler writes from C
         faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
-        value, state = _run(rank, spec, events, commands)
+        value, state = _run(rank, spec, events, commands, cells)
         if rank == 0:
             torch.save({"value": value, "state": state}, spec.result_dir / RESULT_FILE)
         leave_process_group(wait_for_others=True)
@@ -236,7 +238,7 @@ def run_worker(
 
 
 def _run(
-    rank: int, spec: WorkerSpec, events: Connection, commands: Connection | None
+    rank: int, spec: WorkerSpec, events: Connection, commands: Connection | None, cells: Connection | None
 ) -> tuple[Any, dict[str, torch.Tensor] | None]:
     os.environ.update(
         RANK=str(rank),
@@ -266,7 +268,7 @@ def _run(
             target=_obey, args=(commands, control), name="workbench-control", daemon=True
         ).start()
     with supervised(Supervision(callbacks=(PipeEvents(events),), control=control, config=spec.config)):
-        value = spec.fn(strategy, *spec.args)
+        value = spec.fn(strategy, *((cells,) if cells is not None else ()), *spec.args)
     return value, strategy.result_state()  # every rank takes part: shards and stages are gathered
 
 
