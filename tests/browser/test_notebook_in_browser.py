@@ -83,6 +83,13 @@ def _check_data_parallel(page) -> None:
     assert "2 processes (gloo, CPU, 1 thread each)" in placement
     bars = _step_time_bars(page.locator(".workbench-dashboard"))
     assert bars == ["rank 0", "rank 1"], f"where the time goes: bars {bars}"
+    # %%ranks cells under Run All: one block per rank (4 ranks × 3 cells), each rank's own output
+    ranks = page.locator(".workbench-ranks")
+    assert ranks.count() == 3, f"{ranks.count()} %%ranks outputs in the page"
+    blocks = ranks.first.locator("details").all_inner_texts()
+    assert [b.split(" ·")[0] for b in blocks] == ["rank 0", "rank 1", "rank 2", "rank 3"], blocks
+    sums = {line for block in blocks for line in block.splitlines() if line.startswith("all_reduce:")}
+    assert len(sums) == 1, f"the ranks' all_reduce results differ in the page: {sums}"
 
 
 def _step_time_bars(dashboard) -> list[str] | None:

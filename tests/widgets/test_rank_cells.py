@@ -1,10 +1,15 @@
 """``%load_ext workbench``, then ``%ranks`` / ``%%ranks`` cells as a notebook runs them (an IPython shell)."""
 
+import os
+import signal
+import threading
+import time
+
 import psutil
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from workbench.widgets.rank_cells import RanksFailed, render_html
+from workbench.widgets.rank_cells import RanksFailed, RanksInterrupted, render_html
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +39,8 @@ def test_start_run_pull_push_status_stop(shell, capsys):
     assert "tensor([4.])" in out  # rank 1's last expression
     result, out = _cell(shell, "%ranks pull t", capsys)
     assert [t.item() for t in shell.user_ns["t"]] == [3.0, 3.0]
+    result, out = _cell(shell, "first = %ranks pull t --rank 1", capsys)
+    assert shell.user_ns["first"].item() == 3.0 and "t = rank 1's" in out
     result, out = _cell(shell, "lr = 0.25\n%ranks push lr --on 1", capsys)
     assert "lr sent to rank(s) 1" in out
     result, out = _cell(shell, "%%ranks --on 1\nprint(lr * 4)", capsys)
@@ -74,6 +81,20 @@ def test_a_hung_collective_is_named_within_the_timeout_and_restart_brings_fresh_
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
 
 
+def test_the_stop_button_interrupts_every_rank_in_one_line_and_keeps_the_pool(shell, capsys):
+    shell.run_cell("%ranks status")
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))  # what the stop button sends
+    timer.start()
+    began = time.monotonic()
+    result, out = _cell(shell, "%%ranks\nimport time\nfor _ in range(600):\n    time.sleep(0.05)", capsys)
+    assert time.monotonic() - began < 5
+    assert isinstance(result.error_in_exec, RanksInterrupted)
+    assert "interrupted on rank(s) 0, 1: 2 ended their cell, pool kept" in out and "Traceback" not in out
+    assert "[rank 1 · interrupted at line 3]" in out
+    result, out = _cell(shell, "%%ranks\nprint('after', rank)", capsys)
+    assert result.success and "after 1" in out
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
@@ -101,8 +122,7 @@ def test_stop_leaves_no_process(shell, capsys):
 
 
 def test_each_rank_is_a_collapsible_block_with_its_displays_and_errors_marked():
-    from workbench.parallel.launching.rank_messages import RankFailure
-    from workbench.parallel.launching.rank_pool import RankCell
+    from workbench.parallel.launching.rank_messages import RankCell, RankFailure
 
     cells = {
         0: RankCell(

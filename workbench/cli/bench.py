@@ -54,7 +54,11 @@ def _bench_launch(args: argparse.Namespace) -> int:
     from workbench.bench.engines import benchmark_engines
     from workbench.bench.launch import benchmark_launch
 
-    if args.engines:
+    if args.ranks:
+        from workbench.bench.rank_pool import benchmark_rank_pool
+
+        result = benchmark_rank_pool(nprocs=args.nprocs, repeats=5 if args.repeats is None else args.repeats)
+    elif args.engines:
         result = benchmark_engines(repeats=1 if args.repeats is None else args.repeats)
     else:
         result = benchmark_launch(nprocs=args.nprocs, repeats=5 if args.repeats is None else args.repeats)
@@ -204,6 +208,14 @@ BENCHMARKS: dict[str, Benchmark] = {
                     "action": "store_true",
                     "help": "instead: the same 2-rank training through launch, torchrun, mpirun and Spark "
                     "(seconds to training start and to result)",
+                },
+            ),
+            (
+                ("--ranks",),
+                {
+                    "action": "store_true",
+                    "help": "instead: interactive ranks: a RankPool's start against launch's, and a "
+                    "warm cell's overhead",
                 },
             ),
         ],

@@ -9,7 +9,8 @@ Load with ``%load_ext workbench``, then::
     dist.all_reduce(t)
     print(t)                       # shown per rank, one block each
 
-    %ranks pull t                  # t = [rank 0's t, rank 1's t, ...] here (tensors on the CPU)
+    %ranks pull t                  # t = [rank 0's t, rank 1's t, ...] here (tensors on the CPU);
+    t = %ranks pull t --rank 0     # also returns it: rank 0's t
     %ranks push lr                 # the notebook's lr bound on every rank
     %ranks status | stop | restart
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import re
 import shlex
 import time
 from typing import Any
@@ -33,7 +35,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
-from workbench.parallel.launching.rank_pool import CellRun, PoolError, RankCell, RankPool, Reply
+from workbench.parallel.launching.rank_messages import CellRun, RankCell
+from workbench.parallel.launching.rank_pool import PoolError, RankPool, Reply
 
 _LIVE_EVERY_S = 0.3  # the live view redraws at most this often
 _COLLAPSE_BEYOND = 4  # with more ranks, each rank's block starts collapsed
@@ -135,6 +138,7 @@ class RankMagics(Magics):
                 f"rank {args.rank}'s" if args.rank is not None else "a list of every rank's (index = rank)"
             )
             print(f"ranks: {args.name} = {where}")
+            return value
         elif args.command == "push":
             if args.name not in self.shell.user_ns:
                 raise UsageError(f"{args.name!r} is not defined in this notebook; define it, then push")
@@ -191,7 +195,7 @@ class _LiveView:
         if not self.live:
             return
         cell = self.cells.setdefault(reply.rank, RankCell(reply.rank))
-        RankPool.record(cell, reply)
+        cell.record(reply)
         if time.monotonic() - self._drawn_at >= _LIVE_EVERY_S:
             self._draw(self.cells)
 
@@ -207,7 +211,14 @@ class _LiveView:
         self._drawn_at = time.monotonic()
 
 
+def _interrupted(cell: RankCell) -> bool:
+    return cell.failure is not None and cell.failure.error == "KeyboardInterrupt"
+
+
 def _status(cell: RankCell) -> str:
+    if _interrupted(cell):
+        lines = re.findall(r'File "<rank cell \d+>", line (\d+)', cell.failure.traceback)
+        return f"interrupted at line {lines[-1]}" if lines else "interrupted"
     if cell.failure is not None:
         return cell.failure.line()
     if not cell.done:
@@ -223,7 +234,7 @@ def render_text(cells: dict[int, RankCell]) -> str:
         body = []
         for kind, item in cell.items:
             body.append(item["text/plain"] + "\n" if kind == "display" else item)
-        if cell.failure is not None:
+        if cell.failure is not None and not _interrupted(cell):
             body.append(cell.failure.traceback)
         if cell.stacks:
             body.append(f"rank {rank} was here (most recent call first):\n{_trim_stack(cell.stacks)}\n")
@@ -236,15 +247,16 @@ def render_html(cells: dict[int, RankCell]) -> str:
     parts = ['<div class="workbench-ranks" style="font-size:13px">']
     for rank in sorted(cells):
         cell = cells[rank]
-        opened = "" if len(cells) > _COLLAPSE_BEYOND and cell.failure is None and not cell.stacks else " open"
-        color = "#b00020" if cell.failure is not None or cell.stacks else "#555"
+        failed = (cell.failure is not None and not _interrupted(cell)) or bool(cell.stacks)
+        opened = " open" if len(cells) <= _COLLAPSE_BEYOND or failed else ""
+        color = "#b00020" if failed else "#555"
         parts.append(
             f'<details{opened} style="margin:2px 0"><summary style="color:{color};cursor:pointer">'
             f"<b>rank {rank}</b> · {html.escape(_status(cell))}</summary>"
         )
         for kind, item in cell.items:
             parts.append(_html_item(kind, item))
-        if cell.failure is not None:
+        if cell.failure is not None and not _interrupted(cell):
             parts.append(_pre(cell.failure.traceback, "#fdecea"))
         if cell.stacks:
             parts.append(
@@ -278,7 +290,7 @@ def _pre(text: str, background: str) -> str:
 
 def _trim_stack(stacks: str) -> str:
     """A faulthandler stack cut after the cell's own frame (the pool's serving frames below it)."""
-    lines = stacks.splitlines()
+    lines = [line for line in stacks.splitlines() if not line.startswith(("Current thread", "Thread 0x"))]
     cell = [i for i, line in enumerate(lines) if "<rank cell" in line]
     return "\n".join(lines[: cell[-1] + 1] if cell else lines)
 

@@ -26,7 +26,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -48,8 +47,10 @@ from workbench.parallel.launching.rank_messages import (
     CellDisplay,
     CellDone,
     CellOutput,
+    CellRun,
     Pull,
     Push,
+    RankCell,
     RankFailure,
     Ready,
     RunCell,
@@ -71,41 +72,6 @@ Reply = CellOutput | CellDisplay | CellDone
 
 class PoolError(RuntimeError):
     """The pool cannot do what was asked (not started, stuck, a rank gone); the message says what to do."""
-
-
-@dataclass
-class RankCell:
-    """What one rank did with a cell: its output in order (``("stdout", text)``, ``("stderr", text)`` or
-    ``("display", bundle)``), its seconds, and how it ended."""
-
-    rank: int
-    items: list[tuple[str, Any]] = field(default_factory=list)
-    seconds: float | None = None  # None: it did not finish
-    failure: RankFailure | None = None
-    stacks: str = ""  # where it was when it timed out or was interrupted without ending
-
-    @property
-    def done(self) -> bool:
-        return self.seconds is not None
-
-
-@dataclass
-class CellRun:
-    """A cell's run on the pool: each rank's `RankCell`, and whether it was interrupted or timed out."""
-
-    cells: dict[int, RankCell]
-    interrupted: bool = False
-    timed_out_after: float | None = None  # the --timeout that ran out
-    stuck: list[int] = field(default_factory=list)  # ranks that did not end when interrupted
-
-    def text(self, rank: int, stream: str = "stdout") -> str:
-        """Everything rank `rank` wrote to `stream`."""
-        return "".join(text for kind, text in self.cells[rank].items if kind == stream)
-
-    @property
-    def failed(self) -> list[int]:
-        """Ranks whose cell raised or did not end."""
-        return [rank for rank, cell in self.cells.items() if cell.failure is not None or not cell.done]
 
 
 class RankPool:
@@ -317,22 +283,9 @@ class RankPool:
                 except (EOFError, OSError):
                     self._lost(run, rank)
                     continue
-                self.record(run.cells[rank], reply)
+                run.cells[rank].record(reply)
                 if on_reply is not None:
                     on_reply(reply)
-
-    @staticmethod
-    def record(cell: RankCell, reply: object) -> None:
-        """Add `reply` to what `cell` holds."""
-        if isinstance(reply, CellOutput):
-            if cell.items and cell.items[-1][0] == reply.stream:  # one item per run of text
-                cell.items[-1] = (reply.stream, cell.items[-1][1] + reply.text)
-            else:
-                cell.items.append((reply.stream, reply.text))
-        elif isinstance(reply, CellDisplay):
-            cell.items.append(("display", reply.bundle))
-        elif isinstance(reply, CellDone):
-            cell.seconds, cell.failure = reply.seconds, reply.failure
 
     def _lost(self, run: CellRun, rank: int) -> None:
         self.processes[rank].join(1)
@@ -353,6 +306,9 @@ class RankPool:
         with contextlib.suppress(KeyboardInterrupt):  # a second press while we wait
             self._collect(run, time.monotonic() + _INTERRUPT_GRACE_S, on_reply)
         run.stuck = [rank for rank, cell in run.cells.items() if not cell.done]
+        if run.interrupted:  # the person pressed stop: only a rank that did not stop needs its stack shown
+            for rank, cell in run.cells.items():
+                cell.stacks = cell.stacks if rank in run.stuck else ""
         if run.stuck:
             self.stuck = (
                 f"rank(s) {', '.join(map(str, run.stuck))} did not end their cell (waiting inside a "
