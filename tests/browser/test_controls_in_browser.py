@@ -7,7 +7,8 @@ presses Pause (the step count must hold ≥ 2 s and the status say paused), Resu
 of 5 steps is reported below the buttons), types an lr and presses
 Apply (the logged lr changes at a later step), picks a metric in the metric plot's dropdown and toggles the
 loss plot's log axis, all of that twice, then Stop (status stopped, a checkpoint written). Once for a
-`Trainer` and once for a 2-process `Launch` (with a CPU line per worker in the device monitor).
+`Trainer` and once for a 2-process `Launch` (with a CPU line per worker in the device monitor). Then
+``%%ranks`` cells under Run All: a rank that raises, a hung collective, the stop button on 4 ranks.
 Screenshots go to ``artifacts/browser/``.
 """
 
@@ -17,6 +18,7 @@ import re
 import time
 
 import nbformat
+import psutil
 import pytest
 
 from tests.browser.jupyterlab import ARTIFACTS, errors_in_page, start_run_all, wait_until_all_ran
@@ -224,3 +226,64 @@ def _drive_the_controls(page, dashboard, job: str) -> None:
     first_step = eval(report.split("first step at each lr:", 1)[1].strip())  # a dict the notebook printed
     assert set(first_step) == {0.003, *NEW_LRS}, first_step
     assert all(first_step[lr] > step for lr, step in applied_after.items()), (first_step, applied_after)
+
+
+RANKS_CELLS = [
+    ("%load_ext workbench\n%ranks start 4 --threads 1", []),
+    ("%%ranks\nt = torch.tensor([rank + 1.0])\ndist.all_reduce(t)\nprint('sum', t.item())", []),
+    (
+        "%%ranks\nif rank == 2:\n    raise ValueError('rank two is unhappy')\nprint('fine')",
+        ["raises-exception"],
+    ),
+    ("%%ranks\nprint('still up', rank)", []),
+    ("%%ranks --timeout 3\nif rank == 0:\n    dist.all_reduce(torch.ones(1))", ["raises-exception"]),
+    ("%ranks restart", []),
+    ("%%ranks\nimport time\nfor _ in range(1200):\n    time.sleep(0.05)", ["raises-exception"]),
+    ("%%ranks\nprint('after stop', rank)", []),
+    ("%ranks stop", []),
+]
+
+
+def test_interactive_ranks_under_run_all_errors_a_hang_the_stop_button_and_stop(lab, page):
+    """``%%ranks`` cells as a person meets them: each rank's result, a rank that raises, a hung collective
+    named within --timeout, the stop button (Kernel ▸ Interrupt) on a cell running on 4 ranks, and no rank
+    process left after ``%ranks stop``."""
+    notebook = nbformat.v4.new_notebook()
+    for code, tags in RANKS_CELLS:
+        notebook.cells.append(nbformat.v4.new_code_cell(code, metadata={"tags": tags}))
+    notebook.metadata["kernelspec"] = {"name": "workbench", "display_name": "Python (workbench)"}
+    nbformat.write(notebook, lab.notebooks / "ranks.ipynb")
+    start_run_all(page, lab.url, "ranks.ipynb")
+    outputs = page.locator(".jp-Cell-outputArea")
+
+    def output(index: int) -> str:
+        return outputs.nth(index).inner_text()
+
+    try:
+        _until(lambda: "restarted, fresh namespaces" in output(5), "the pool restarts", timeout=120)
+        _until(lambda: page.get_by_text("Python (workbench) | Busy").count() > 0, "the long cell runs")
+        time.sleep(2.0)  # it runs on the ranks now
+        page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Interrupt Kernel").first.click()
+        _until(lambda: "stopped; no process left" in output(8), "every cell ran", timeout=60)
+    except AssertionError:
+        page.screenshot(path=str(ARTIFACTS / "ranks_failed.png"), full_page=True)
+        raise
+    page.screenshot(path=str(ARTIFACTS / "ranks.png"), full_page=True)
+    pids = [int(p) for p in re.search(r"pids ([\d, ]+)", output(0)).group(1).split(", ")]
+    assert len(pids) == 4
+    blocks = outputs.nth(1).locator(".workbench-ranks details").all_inner_texts()
+    assert [b.split(" ·")[0] for b in blocks] == ["rank 0", "rank 1", "rank 2", "rank 3"], blocks
+    assert all("sum 10.0" in block for block in blocks), blocks
+    raised = output(2)
+    assert "ValueError: rank two is unhappy" in raised and 'File "<rank cell' in raised
+    assert "rank(s) 2 of 4 raised" in raised and "rank_pool.py" not in raised
+    assert "still up 3" in output(3)
+    hung = output(4)
+    assert "rank 0 · still running" in hung and "in all_reduce" in hung
+    assert "still running after --timeout 3 s" in hung and "%ranks restart" in hung
+    interrupted = output(6)
+    assert "interrupted on rank(s) 0, 1, 2, 3: 4 ended their cell, pool kept" in interrupted, interrupted
+    assert "Traceback" not in interrupted
+    assert "after stop 3" in output(7)
+    _until(lambda: not any(psutil.pid_exists(p) for p in pids), "the rank processes are gone", timeout=10)

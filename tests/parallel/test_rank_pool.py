@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -144,3 +146,24 @@ def test_stop_leaves_no_process_and_no_file():
     assert _gone(pids) and not folder.exists()
     with pytest.raises(PoolError, match=r"no ranks are running; start them first \(%ranks start N"):
         pool.run("1")
+
+
+@pytest.mark.parametrize("ending", ["exit", "SIGKILL"])
+def test_a_kernel_that_exits_or_is_killed_leaves_no_rank_behind(ending):
+    script = (
+        "import sys, time\n"
+        "from workbench.parallel.launching.rank_pool import RankPool\n"
+        "pool = RankPool(2, threads_per_process=1).start()\n"
+        "print(' '.join(str(p.pid) for p in pool.processes), flush=True)\n"
+        "if sys.argv[1] == 'SIGKILL':\n"
+        "    time.sleep(60)\n"
+    )
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", script, ending], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent
+    )
+    pids = [int(pid) for pid in kernel.stdout.readline().split()]
+    assert len(pids) == 2
+    if ending == "SIGKILL":
+        kernel.kill()
+    kernel.wait(timeout=30)
+    assert _gone(pids, timeout=10)

@@ -119,7 +119,7 @@ class RankMagics(Magics):
                 args.nprocs, backend=args.backend, threads_per_process=args.threads, timeout_s=args.timeout
             )
             self.pool.start()
-            print(f"ranks: {self.pool.describe()} (started in {time.perf_counter() - began:.1f} s)")
+            print(f"ranks: {self.pool.describe()} (started in {time.perf_counter() - began:.2f} s)")
             return None
         if self.pool is None:
             raise UsageError("no ranks yet; start them with %ranks start N")
