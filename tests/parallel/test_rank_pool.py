@@ -167,3 +167,22 @@ def test_a_kernel_that_exits_or_is_killed_leaves_no_rank_behind(ending):
         kernel.kill()
     kernel.wait(timeout=30)
     assert _gone(pids, timeout=10)
+
+
+def test_rich_values_are_shown_as_jupyter_would_show_them(pool):
+    run = pool.run(
+        "class Bold:\n"
+        "    def _repr_html_(self):\n"
+        "        return '<b>rank ' + str(rank) + '</b>'\n"
+        "import matplotlib\n"
+        "matplotlib.use('Agg')\n"
+        "import matplotlib.pyplot as plt\n"
+        "figure, axes = plt.subplots()\n"
+        "axes.plot([0, rank])\n"
+        "display(figure)\n"
+        "Bold()"
+    )
+    assert not run.failed, run.cells
+    shown = [item for kind, item in run.cells[1].items if kind == "display"]
+    assert shown[0]["image/png"].startswith(b"\x89PNG")
+    assert shown[1]["text/html"] == "<b>rank 1</b>"
