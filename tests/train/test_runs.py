@@ -68,7 +68,10 @@ def test_the_diff_shows_exactly_the_fields_that_differ(runs):
     by_name = {run.name: run for run in list_runs(runs)}
     assert config_diff([by_name["single"], by_name["ddp"]]) == {
         "batch_size": [64, 16],
+        "global batch": [64, 32],  # what the launch made of batch_size: 16 on each of 2 ranks
         "optimizer.lr": [0.01, 0.003],
+        "ranks": [1, 2],
+        "strategy": ["1 process on cpu", by_name["ddp"].strategy],
     }
     assert config_diff([by_name["single"], by_name["single"]]) == {}
 
@@ -93,6 +96,7 @@ def test_workbench_runs_prints_the_table_and_a_diff(runs, capsys):
     assert main(["runs", "--runs-dir", str(runs), "--diff", "single", "ddp"]) == 0
     diff = capsys.readouterr().out
     assert "optimizer.lr" in diff and "batch_size" in diff and "epochs" not in diff
+    assert all(derived in diff for derived in ("global batch", "ranks", "strategy", "setting"))
     assert main(["runs", "--runs-dir", str(runs), "--diff", "single", "nope"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
     assert main(["runs", "--runs-dir", str(runs / "none")]) == 2

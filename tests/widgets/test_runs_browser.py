@@ -31,10 +31,16 @@ def test_the_selected_runs_are_overlaid_with_what_their_logs_hold(sweep):
 
 def test_picking_metric_axis_and_smoothing_redraws(sweep):
     browser = RunsBrowser(sweep, select=["lr=0.03", "lr=0.01"])
-    assert {"loss", "lr", "val accuracy"} <= set(browser.metric.options)
+    options = dict(browser.metric.options)  # the Dashboard's labels → the logged names
+    assert {"loss": "loss", "learning rate": "lr", "val accuracy": "val accuracy"}.items() <= options.items()
+    assert (
+        options["gradient norm (before clipping)"] == "grad_norm" and options["samples/s"] == "samples_per_s"
+    )
     browser.metric.value = "val accuracy"  # what picking it in the dropdown does
     assert browser.point_counts() == {"lr=0.03": 1, "lr=0.01": 2}
     assert browser.figure.layout.title.text == "val accuracy of 2 runs"
+    browser.metric.value = "grad_norm"
+    assert browser.figure.layout.yaxis.title.text == "gradient norm (before clipping)"
     browser.metric.value = "loss"
     browser.x_axis.value = "time"
     assert browser.figure.layout.xaxis.title.text == "seconds since start"

@@ -11,7 +11,10 @@ def add(commands: argparse._SubParsersAction) -> None:
     runs = commands.add_parser("runs", help="the runs under a runs directory, and what differs between two")
     runs.add_argument("--runs-dir", default="runs", help="where the runs are (default: runs)")
     runs.add_argument(
-        "--diff", nargs=2, metavar=("A", "B"), help="the config fields that differ between A and B"
+        "--diff",
+        nargs=2,
+        metavar=("A", "B"),
+        help="the settings that differ between A and B (config fields, ranks, strategy, global batch)",
     )
     runs.set_defaults(command="runs", run=_runs)
 
@@ -41,8 +44,8 @@ def _runs(args: argparse.Namespace) -> int:
         return 2
     differ = config_diff([by_name[name] for name in args.diff])
     if not differ:
-        print(f"{args.diff[0]} and {args.diff[1]} have the same config")
+        print(f"{args.diff[0]} and {args.diff[1]} have the same settings")
         return 0
     rows = [[name, *(json.dumps(value) for value in values)] for name, values in differ.items()]
-    print(text_table(["config field", *args.diff], rows))
+    print(text_table(["setting", *args.diff], rows))
     return 0

@@ -4,12 +4,8 @@ loggers, Ctrl-C and a torchrun restart."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +70,7 @@ def train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) 
     from workbench.tables import text_table
     from workbench.train import Trainer
     from workbench.train.compilation import describe_compile
+    from workbench.train.interrupts import TrainingInterrupted
     from workbench.train.progress import ConsoleProgress
 
     experiment = experiment_from(args) if experiment is None else experiment
@@ -94,13 +91,12 @@ def train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) 
     )
     resume = _resume_after_restart(args.resume, trainer.run_dir, main)
     trainer.record.overwrite |= args.resume and not resume  # a restart's own failed try, started over
-    with _stop_on_ctrl_c(trainer.control, alone=strategy is None) as pressed:
+    try:  # Ctrl-C: the Trainer stops after its step and saves (a second Ctrl-C quits at once)
         result = trainer.fit(resume=resume)
-    if pressed:
-        saved = (
-            f"checkpoint {result.checkpoint}: continue with --resume" if result.checkpoint else "not saved"
-        )
-        print(f"workbench train: stopped at step {result.step} (Ctrl-C); {saved}", file=sys.stderr)
+    except TrainingInterrupted as stopped:
+        saved = stopped.result is not None and stopped.checkpoint is not None
+        then = f"checkpoint {stopped.checkpoint}: continue with --resume" if saved else "not saved"
+        print(f"workbench train: stopped at step {stopped.step} (Ctrl-C); {then}", file=sys.stderr)
         return 130
     if not main:
         return 0
@@ -117,28 +113,3 @@ def train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) 
     if trainer.compile_report is not None:
         print(describe_compile(trainer.compile_report))
     return 0
-
-
-@contextlib.contextmanager
-def _stop_on_ctrl_c(control: Any, *, alone: bool) -> Iterator[list[bool]]:
-    """While training alone in the main thread, Ctrl-C asks the loop to stop after its step and save (as the
-    Dashboard's Stop does); a second Ctrl-C quits at once. Yields a list that holds True once pressed."""
-    pressed: list[bool] = []
-    if not alone or threading.current_thread() is not threading.main_thread():
-        yield pressed
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        if pressed:
-            raise KeyboardInterrupt
-        pressed.append(True)
-        print(
-            "\nworkbench train: stopping after this step (Ctrl-C again: quit without saving)", file=sys.stderr
-        )
-        control.stop()
-
-    previous = signal.signal(signal.SIGINT, stop)
-    try:
-        yield pressed
-    finally:
-        signal.signal(signal.SIGINT, previous)

@@ -27,6 +27,7 @@ class FitStartEvent(TypedDict, total=False):
     rank: int
     world_size: int
     strategy: str  # the strategy's one-line description
+    global_batch: int  # samples per optimizer step over all ranks: batch_size × data shards × accumulate
     epochs: int
     steps_per_epoch: int | None  # None: a training split without a length
     total_steps: int | None

@@ -30,6 +30,7 @@ class FitEvents:
             rank=self.strategy.rank,
             world_size=self.strategy.world_size,
             strategy=self.strategy.describe(),
+            global_batch=self.config.batch_size * self.strategy.data_world_size * self.config.accumulate,
             epochs=self.config.epochs,
             steps_per_epoch=steps[0],
             total_steps=steps[1],

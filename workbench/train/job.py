@@ -30,6 +30,7 @@ class Job(Protocol):
     control: TrainControl  # pause, stop, lr and clipping requests, acted on at step boundaries
     step: int  # optimizer steps done (rank 0's, for several processes)
     total_steps: int | None  # steps when finished (0 until a distributed job has reported it; None: unknown)
+    checkpoint: Any  # the last checkpoint written (rank 0's path), or None
 
     def add_callback(self, callback: Callback) -> None:
         """Subscribe `callback` to the job's events."""

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from workbench.train.interrupts import RESUME_HINT, TrainingInterrupted, interrupted_line
 from workbench.train.job import Job
 
 GRACE_S = 5.0  # after an interrupt, how long the job gets to stop at a step boundary before it is terminated
@@ -142,8 +143,11 @@ class JobRunner:
             self.job.terminate()  # e.g. a Launch's workers that do not reach a step boundary in time
         thread.join()
         what = self.job.describe().split(" (", 1)[0]  # "2 processes", "1 process on cpu"
+        job, saved = self.job, not terminated and self.error is None
+        in_fn = "Trainer.fit(resume=True) in your function continues from it"
+        hint = RESUME_HINT if job.worker_pids() is None else in_fn
+        line = interrupted_line(what, job.step, job.total_steps, job.checkpoint, saved, hint)
         if terminated:
-            message = f"terminated {what} after KeyboardInterrupt: no step boundary within {self.grace_s:g} s"
-        else:
-            message = f"stopped training ({what}) at step {self.job.step} after KeyboardInterrupt"
-        raise KeyboardInterrupt(message) from None
+            after = line.split("; ", 1)[1]
+            line = f"terminated {what}: no step boundary within {self.grace_s:g} s of the interrupt; {after}"
+        raise TrainingInterrupted(line, job.step, job.checkpoint, self.result if saved else None) from None

@@ -43,6 +43,7 @@ from workbench.train.evaluation import evaluate_shard
 from workbench.train.events import Callback, CallbackList
 from workbench.train.fit_events import FitEvents
 from workbench.train.instruments import StepInstruments
+from workbench.train.interrupts import TrainingInterrupted, interrupted_line, stop_on_interrupt
 from workbench.train.log_window import LogWindow
 from workbench.train.loss_check import NonFiniteLossError, check_finite
 from workbench.train.metrics_log import MetricsLog
@@ -248,10 +249,22 @@ class Trainer:
         """
         check_resume(resume)
         started = time.perf_counter()
-        with self.record.held(), self.instruments.watching_fit():
-            status = self._fit(resume)
+        alone = isinstance(self.strategy, SingleDevice)  # ranks stop together only through their launcher
+        with stop_on_interrupt(self.control if alone else None, on_first=_say_stopping) as pressed:
+            try:
+                with self.record.held(), self.instruments.watching_fit():
+                    status = self._fit(resume)
+            except KeyboardInterrupt:
+                if not pressed:
+                    raise
+                line = interrupted_line(self.describe(), self.step, self.total_steps, self.checkpoint, False)
+                raise TrainingInterrupted(line, self.step, self.checkpoint) from None
         seconds = time.perf_counter() - started
-        return FitResult.of(status, self.step, self.epoch, seconds, self.report.last, self.checkpoint)
+        result = FitResult.of(status, self.step, self.epoch, seconds, self.report.last, self.checkpoint)
+        if pressed and status == "stopped":  # the cell (or script) ends here, in one line
+            line = interrupted_line(self.describe(), self.step, self.total_steps, self.checkpoint, True)
+            raise TrainingInterrupted(line, self.step, self.checkpoint, result)
+        return result
 
     def _fit(self, resume: bool | str | os.PathLike) -> str:
         self._start(resume)
@@ -396,3 +409,7 @@ class Trainer:
     def _save(self) -> None:
         where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))
         self.record.save(where, self.model, self.optimizer, self.scaler)
+
+
+def _say_stopping() -> None:
+    print("stopping after this step and saving (interrupt again: quit without saving)", flush=True)

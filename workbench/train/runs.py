@@ -59,6 +59,12 @@ class RunSummary:
     world_size: int
     best: tuple[str, float] | None  # (val metric, its best value): accuracy when logged, else the val loss
     config: dict[str, Any] = field(default_factory=dict)
+    global_batch: int | None = None  # samples per optimizer step over all ranks (None: an older log)
+
+    def settings(self) -> dict[str, Any]:
+        """The config's fields (dotted) and what the launch made of them: ranks, strategy, global batch."""
+        derived = {"ranks": self.world_size, "strategy": self.strategy, "global batch": self.global_batch}
+        return {**flatten_config(self.config), **derived}
 
     def row(self) -> list[str]:
         """The summary as table cells (see `RUN_COLUMNS`)."""
@@ -150,13 +156,15 @@ def summarize_run(path: str | os.PathLike, events: Events | None = None) -> RunS
         world_size=_count(last.get("world_size"), default=1),
         best=_best_val(events),
         config=_config(path, last),
+        global_batch=_count(last.get("global_batch")) if "global_batch" in last else None,
     )
 
 
 def config_diff(runs: list[RunSummary]) -> dict[str, list[Any]]:
-    """The config fields (dotted, e.g. ``optimizer.lr``) whose values differ between `runs`, each with the
-    runs' values in order; fields the same everywhere are left out."""
-    flat = [flatten_config(run.config) for run in runs]
+    """The settings (config fields, dotted, e.g. ``optimizer.lr``, and the derived ``ranks``, ``strategy``
+    and ``global batch``) whose values differ between `runs`, each with the runs' values in order; those
+    the same everywhere are left out."""
+    flat = [run.settings() for run in runs]
     names = sorted({name for config in flat for name in config})
     return {
         name: [config.get(name) for config in flat]

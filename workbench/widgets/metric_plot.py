@@ -26,6 +26,16 @@ _LABELS = {
     "grad_norm": "gradient norm (before clipping)",
     "samples_per_s": "samples/s",
 }
+
+
+def metric_label(name: str) -> str:
+    """What the views call a logged metric: ``grad_norm`` → "gradient norm (before clipping)", ``val f1``
+    as it is, other underscores as spaces."""
+    split, _, rest = name.partition(" ") if name.startswith(("val ", "test ", "train ")) else ("", "", name)
+    label = _LABELS.get(rest, rest.replace("_", " "))
+    return f"{split} {label}" if split else label
+
+
 _RANK_COLORS = plotly.colors.qualitative.Plotly
 
 
@@ -159,7 +169,7 @@ class MetricPlot(LiveFigure, Callback):
         """The dropdown lists `names`; the choice stays (or becomes the first metric)."""
         current = self.selector.value
         self._choosing = True  # our own change, not a click: nothing to acknowledge
-        self.selector.options = [(_LABELS.get(name, name.replace("_", " ")), name) for name in names]
+        self.selector.options = [(metric_label(name), name) for name in names]
         if current in names:
             self.selector.value = current
         elif names:
@@ -167,7 +177,7 @@ class MetricPlot(LiveFigure, Callback):
         self._choosing = False
 
     def _draw_metric(self, name: str, curves: dict[int, tuple[Any, Any]]) -> None:
-        label = _LABELS.get(name, name.replace("_", " "))
+        label = metric_label(name)
         several = len(curves) > 1
         with self.figure.batch_update():
             if name != self._shown or len(self.figure.data) != len(curves):

@@ -212,7 +212,7 @@ class _LiveView:
 
 
 def _interrupted(cell: RankCell) -> bool:
-    return cell.failure is not None and cell.failure.error == "KeyboardInterrupt"
+    return cell.failure is not None and cell.failure.error in ("KeyboardInterrupt", "TrainingInterrupted")
 
 
 def _status(cell: RankCell) -> str:
@@ -242,26 +242,31 @@ def render_text(cells: dict[int, RankCell]) -> str:
     return "\n".join(blocks)
 
 
+_STYLE = (
+    "<style>.workbench-ranks{font-size:13px}.workbench-ranks summary{cursor:pointer;color:#555}"
+    ".workbench-ranks .failed summary{color:#b00020}.workbench-ranks pre{margin:0 0 0 1em;padding:1px 4px;"
+    "white-space:pre-wrap}.workbench-ranks pre.error{background:#fdecea}</style>"
+)
+
+
 def render_html(cells: dict[int, RankCell]) -> str:
     """One collapsible block per rank: text, displays (HTML, images) and errors in the order they came."""
-    parts = ['<div class="workbench-ranks" style="font-size:13px">']
+    parts = [f'<div class="workbench-ranks">{_STYLE}']
     for rank in sorted(cells):
         cell = cells[rank]
         failed = (cell.failure is not None and not _interrupted(cell)) or bool(cell.stacks)
         opened = " open" if len(cells) <= _COLLAPSE_BEYOND or failed else ""
-        color = "#b00020" if failed else "#555"
+        marked = ' class="failed"' if failed else ""
         parts.append(
-            f'<details{opened} style="margin:2px 0"><summary style="color:{color};cursor:pointer">'
-            f"<b>rank {rank}</b> · {html.escape(_status(cell))}</summary>"
+            f"<details{marked}{opened}><summary><b>rank {rank}</b> · {html.escape(_status(cell))}</summary>"
         )
         for kind, item in cell.items:
             parts.append(_html_item(kind, item))
         if cell.failure is not None and not _interrupted(cell):
-            parts.append(_pre(cell.failure.traceback, "#fdecea"))
+            parts.append(_pre(cell.failure.traceback, error=True))
         if cell.stacks:
-            parts.append(
-                _pre(f"rank {rank} was here (most recent call first):\n{_trim_stack(cell.stacks)}", "#fdecea")
-            )
+            where = f"rank {rank} was here (most recent call first):\n{_trim_stack(cell.stacks)}"
+            parts.append(_pre(where, error=True))
         parts.append("</details>")
     parts.append("</div>")
     return "".join(parts)
@@ -269,7 +274,7 @@ def render_html(cells: dict[int, RankCell]) -> str:
 
 def _html_item(kind: str, item: Any) -> str:
     if kind != "display":
-        return _pre(item, "#fdecea" if kind == "stderr" else "")
+        return _pre(item, error=kind == "stderr")
     if "text/html" in item:
         return f"<div>{item['text/html']}</div>"
     if "image/png" in item:
@@ -278,14 +283,12 @@ def _html_item(kind: str, item: Any) -> str:
         return f'<img src="data:image/png;base64,{encoded}"/>'
     if "image/svg+xml" in item:
         return f"<div>{item['image/svg+xml']}</div>"
-    return _pre(item["text/plain"], "")
+    return _pre(item["text/plain"])
 
 
-def _pre(text: str, background: str) -> str:
-    style = "margin:0 0 0 1em;padding:1px 4px;white-space:pre-wrap" + (
-        f";background:{background}" if background else ""
-    )
-    return f'<pre style="{style}">{html.escape(text.rstrip(chr(10)))}</pre>'
+def _pre(text: str, error: bool = False) -> str:
+    marked = ' class="error"' if error else ""
+    return f"<pre{marked}>{html.escape(text.rstrip(chr(10)))}</pre>"
 
 
 def _trim_stack(stacks: str) -> str:

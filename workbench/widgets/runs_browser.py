@@ -35,6 +35,7 @@ from workbench.train.runs import (
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets._kernel import acknowledge_widget_message
+from workbench.widgets.metric_plot import metric_label
 from workbench.widgets.series import ema
 
 _COLORS = plotly.colors.qualitative.Plotly
@@ -260,7 +261,7 @@ class RunsBrowser:
         self._drawing = True
         try:
             current = self.metric.value
-            self.metric.options = names or [current]
+            self.metric.options = [(metric_label(name), name) for name in names] or [current]
             self.metric.value = current if current in names or not names else names[0]
         finally:
             self._drawing = False
@@ -285,22 +286,23 @@ class RunsBrowser:
                     hovertemplate=html.escape(run.name)
                     + f"<br>{x_axis} %{{x:.4g}}<br>%{{y:.4g}}<extra></extra>",
                 )
-            self.figure.layout.title.text = f"{metric} of {len(chosen)} run{'s' * (len(chosen) != 1)}"
+            label = metric_label(metric)
+            self.figure.layout.title.text = f"{label} of {len(chosen)} run{'s' * (len(chosen) != 1)}"
             self.figure.layout.xaxis.title.text = (
                 "optimizer step" if x_axis == "step" else "seconds since start"
             )
-            self.figure.layout.yaxis.title.text = metric
+            self.figure.layout.yaxis.title.text = label
         self._show_diff(chosen)
 
     def _show_diff(self, chosen: list[RunSummary]) -> None:
         if len(chosen) < 2:
-            self.diff_view.value = "<i>select two runs or more to see what differs in their configs</i>"
+            self.diff_view.value = "<i>select two runs or more to see what differs in their settings</i>"
             return
         differ = config_diff(chosen)
         if not differ:
-            self.diff_view.value = "<b>configs</b>: the same"
+            self.diff_view.value = "<b>settings</b>: the same"
             return
         rows = [[name, *(json.dumps(value) for value in values)] for name, values in differ.items()]
         self.diff_view.value = "<b>what differs</b>" + html_table(
-            ["config field", *(r.name for r in chosen)], rows
+            ["setting", *(r.name for r in chosen)], rows
         )

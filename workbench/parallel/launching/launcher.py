@@ -33,6 +33,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ from workbench.parallel.strategies.distributed import DistributedStrategy
 from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, CallbackList
+from workbench.train.interrupts import TrainingInterrupted, interrupted_line, stop_on_interrupt
+from workbench.train.job_runner import GRACE_S
 from workbench.train.progress import ConsoleProgress
 
 START_METHODS = ("forkserver", "spawn", "fork")
@@ -201,8 +204,10 @@ class Launch:
             )
         self.step = 0
         self.total_steps = 0
+        self.checkpoint: str | None = None  # rank 0's last checkpoint, from its fit-end event
         self.pids: list[int] = []  # the workers of the current (or last) run
         self._terminate = threading.Event()
+        self._interrupted_at: float | None = None  # a blocking fit's first interrupt (stop_on_interrupt)
 
     def add_callback(self, callback: Callback) -> None:
         """Subscribe `callback` to the workers' events (a dashboard attaching itself)."""
@@ -217,8 +222,10 @@ class Launch:
         self._terminate.set()
 
     def terminating(self) -> bool:
-        """Whether `terminate` was called during this `fit` (the supervisor polls it)."""
-        return self._terminate.is_set()
+        """Whether `terminate` was called during this `fit`, or an interrupt found no step boundary within
+        `GRACE_S` (the supervisor polls it)."""
+        late = self._interrupted_at is not None and time.monotonic() - self._interrupted_at > GRACE_S
+        return self._terminate.is_set() or late
 
     def worker_pids(self) -> dict[int, int]:
         """rank → pid of the workers of the current (or last) run (`Job`)."""
@@ -253,9 +260,38 @@ class Launch:
         if self.start_method == "fork":
             _refuse_initialised_cuda()
         self._terminate.clear()
+        self._interrupted_at, self.checkpoint = None, None
         port = self.port if self.port is not None else free_port(self.addr)
         if self.verbose:
             print(f"launch: {self.describe(port)}", flush=True)
+        with stop_on_interrupt(self.control, on_first=self._note_interrupt) as pressed:
+            try:
+                result = self._run_workers(port)
+            except KeyboardInterrupt:
+                if not pressed:
+                    raise
+                raise self._interrupted(saved=False) from None
+        if pressed:  # the workers stopped together at a step boundary and saved
+            raise self._interrupted(saved=True, result=result["value"])
+        return self._take(result)
+
+    def _note_interrupt(self) -> None:
+        self._interrupted_at = time.monotonic()
+        print(
+            f"launch: stopping every worker after this step (interrupt again, or {GRACE_S:g} s without a "
+            "step boundary: stop them at once)",
+            flush=True,
+        )
+
+    def _interrupted(self, saved: bool, result: Any = None) -> TrainingInterrupted:
+        what = self.describe().split(" (", 1)[0]
+        hint = "Trainer.fit(resume=True) in your function continues from it"
+        line = interrupted_line(what, self.step, self.total_steps, self.checkpoint, saved, hint)
+        if not saved:
+            line += "; every worker was stopped"
+        return TrainingInterrupted(line, self.step, self.checkpoint, result)
+
+    def _run_workers(self, port: int) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="workbench-launch-") as result_dir:
             spec = WorkerSpec(
                 self.fn,
@@ -271,7 +307,10 @@ class Launch:
                 self._given_config,
             )
             Supervisor(self, spec).run()
-            result = torch.load(Path(result_dir) / RESULT_FILE, weights_only=False)
+            return torch.load(Path(result_dir) / RESULT_FILE, weights_only=False)
+
+    def _take(self, result: dict[str, Any]) -> Any:
+        """Rank 0's return value; its trained weights loaded into `model` (when given)."""
         if self.model is not None:
             if result["state"] is None:
                 raise RuntimeError(

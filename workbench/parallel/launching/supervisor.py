@@ -60,6 +60,7 @@ class SupervisedJob(Protocol):
     pids: list[int]
     step: int
     total_steps: int
+    checkpoint: Any
 
     def describe(self, port: int | None = None) -> str: ...
 
@@ -187,6 +188,8 @@ class Supervisor:
             self.job.total_steps = event["total_steps"]
         elif hook == "on_step" and event.get("rank", 0) == 0:
             self.job.step = event["step"]
+        elif hook == "on_fit_end":  # where rank 0 ended (steps between logged ones too), what it saved
+            self.job.step, self.job.checkpoint = event.get("step", self.job.step), event.get("checkpoint")
         getattr(self.job.events, hook)(event)
 
     def _forward_control(self) -> None:

@@ -1,0 +1,86 @@
+"""What an interrupt (the notebook's stop button, Ctrl-C) does to training: stop, save, one line.
+
+While a fit runs in the main thread, `stop_on_interrupt` turns the first SIGINT into a stop request at the
+next step boundary (as the Dashboard's Stop: the run saves its checkpoint and logs ``stopped``); a second
+SIGINT quits at once. What then reaches the cell is `TrainingInterrupted`, a KeyboardInterrupt whose
+notebook rendering is its one line (IPython shows ``_render_traceback_`` instead of a traceback): what
+stopped, at which step, where the checkpoint is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from os import PathLike
+from typing import Any
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped by an interrupt. ``str(error)`` is one line; ``step`` and ``checkpoint`` say where it
+    stopped and what was saved (None: nothing), ``result`` is the fit's result when it stopped cleanly."""
+
+    def __init__(
+        self, message: str, step: int, checkpoint: str | PathLike[str] | None, result: Any = None
+    ) -> None:
+        super().__init__(message)
+        self.step, self.checkpoint, self.result = step, checkpoint, result
+
+    def _render_traceback_(self) -> list[str]:  # IPython: this line instead of a traceback
+        return [str(self)]
+
+
+RESUME_HINT = "fit(resume=True) continues from it"
+
+
+def interrupted_line(
+    what: str,
+    step: int,
+    total: int | None,
+    checkpoint: str | PathLike[str] | None,
+    saved: bool,
+    resume_hint: str = RESUME_HINT,
+) -> str:
+    """E.g. "stopped training (1 process on cpu) at step 120 of 460 after an interrupt; checkpoint
+    runs/x/checkpoint.pt (fit(resume=True) continues from it)"."""
+    of = f" of {total}" if total else ""
+    if saved:
+        how = f"stopped training ({what}) at step {step}{of} after an interrupt"
+    else:
+        how = (
+            f"quit training ({what}) at step {step}{of} without saving (interrupted twice, or no step ended)"
+        )
+    if checkpoint is None:
+        return f"{how}; no checkpoint (give the Trainer a run= to keep one)"
+    kind = "checkpoint" if saved else "last checkpoint"
+    return f"{how}; {kind} {checkpoint} ({resume_hint})"
+
+
+@contextlib.contextmanager
+def stop_on_interrupt(control: Any, *, on_first: Callable[[], None] | None = None) -> Iterator[list[bool]]:
+    """While the block runs in the main thread, the first SIGINT calls ``control.stop()`` (and `on_first`), a
+    second raises KeyboardInterrupt. Yields a list that holds True once pressed. Does nothing without a
+    `control`, in another thread, or where SIGINT is ignored (a `launch` worker: its launcher decides)."""
+    pressed: list[bool] = []
+    if control is None or threading.current_thread() is not threading.main_thread():
+        yield pressed
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous in (signal.SIG_IGN, None):
+        yield pressed
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        if pressed:
+            raise KeyboardInterrupt
+        pressed.append(True)
+        control.stop()
+        if on_first is not None:
+            on_first()
+
+    signal.signal(signal.SIGINT, stop)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
