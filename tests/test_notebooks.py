@@ -42,7 +42,8 @@ def test_notebooks_store_no_widget_state_and_stay_small():
     for path in NOTEBOOKS:
         notebook = nbformat.read(path, as_version=4)
         assert "widgets" not in notebook.metadata, f"{path.name} stores widget state (clear it before saving)"
-        assert path.stat().st_size < 100_000, f"{path.name} is {path.stat().st_size:,} bytes"
+        # 110 kB: 03 holds four ranks' stored output for each %%ranks cell (104 kB); split a notebook past it
+        assert path.stat().st_size < 110_000, f"{path.name} is {path.stat().st_size:,} bytes"
 
 
 def _exercises(notebook) -> tuple[int, list[str]] | None:

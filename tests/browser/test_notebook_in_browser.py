@@ -83,9 +83,11 @@ def _check_data_parallel(page) -> None:
     assert "2 processes (gloo, CPU, 1 thread each)" in placement
     bars = _step_time_bars(page.locator(".workbench-dashboard"))
     assert bars == ["rank 0", "rank 1"], f"where the time goes: bars {bars}"
-    # %%ranks cells under Run All: one block per rank (4 ranks × 3 cells), each rank's own output
+    # %%ranks cells under Run All: one block per rank (4 ranks × 4 cells with output), each rank's own output
     ranks = page.locator(".workbench-ranks")
-    assert ranks.count() == 3, f"{ranks.count()} %%ranks outputs in the page"
+    assert ranks.count() == 4, f"{ranks.count()} %%ranks outputs in the page"
+    ring = ranks.nth(3).inner_text()
+    assert all(f"rank {r}: ring_all_reduce gives the sum over 4 rank(s)" in ring for r in range(4)), ring
     blocks = ranks.first.locator("details").all_inner_texts()
     assert [b.split(" ·")[0] for b in blocks] == ["rank 0", "rank 1", "rank 2", "rank 3"], blocks
     sums = {line for block in blocks for line in block.splitlines() if line.startswith("all_reduce:")}

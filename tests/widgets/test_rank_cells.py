@@ -135,3 +135,12 @@ def test_each_rank_is_a_collapsible_block_with_its_displays_and_errors_marked():
     assert '<details class="failed" open><summary><b>rank 1</b> · ValueError: bad' in page
     many = {r: RankCell(r, [("stdout", "hi")], 0.1) for r in range(8)}
     assert render_html(many).count(" open>") == 0  # 8 ranks: collapsed, one line each
+
+
+def test_a_cell_that_only_defines_shows_nothing(shell, capsys):
+    _cell(shell, "%ranks start 2 --threads 1", capsys)
+    result, out = _cell(shell, "%%ranks\ndef f():\n    return rank", capsys)
+    assert result.success and out == ""
+    _, out = _cell(shell, "%%ranks\nf()", capsys)
+    assert "[rank 1 · " in out and "\n1" in out
+    _cell(shell, "%ranks stop", capsys)

@@ -203,6 +203,9 @@ class _LiveView:
         self._draw(run.cells)
 
     def _draw(self, cells: dict[int, RankCell]) -> None:
+        silent = all(not c.items and c.failure is None and not c.stacks for c in cells.values())
+        if silent and self.handle is None:  # a cell that only defines things shows nothing, as in Jupyter
+            return
         bundle = {"text/plain": render_text(cells), "text/html": render_html(cells)}
         if self.handle is None:
             self.handle = display(bundle, raw=True, display_id=True)
