@@ -137,13 +137,15 @@ def test_a_blocking_launch_shows_rank_0s_progress_unless_quiet(capsys, tmp_path,
     monkeypatch.chdir(tmp_path)  # the trainers' run directories
     config = _config(epochs=2)
     steps = launch(_train, 2, args=(config,))["step"]
-    err = capsys.readouterr().err
-    assert f"{steps}/{steps}" in err and "loss=" in err  # the bar reached the end, with the loss
-    assert f"finished at step {steps}" in err
+    shown = capsys.readouterr()
+    out = shown.out.split("\n", 1)[1]  # after the "launch: 2 processes ..." line
+    assert f"{steps}/{steps}" in out and "loss=" in out  # the bar reached the end, with the loss
+    assert f"finished at step {steps}" in out and shown.err == ""  # stdout: a notebook paints stderr red
+    assert out.count("\n") == 2, out  # one line that updates (\r), the evaluations in it, then the status
     launch(_train, 2, args=(config,), verbose=False)
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr() == ("", "")
     launch(_train, 2, args=(config,), verbose=False, progress=True)
-    assert f"finished at step {steps}" in capsys.readouterr().err
+    assert f"finished at step {steps}" in capsys.readouterr().out
 
 
 def test_control_stop_reaches_every_rank_at_the_same_step(tmp_path):

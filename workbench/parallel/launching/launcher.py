@@ -31,6 +31,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -82,8 +83,9 @@ def launch(fn: Callable[..., Any], nprocs: int, *, progress: bool | None = None,
         addr, port: the rendezvous address; the port defaults to a free one.
         timeout_s: how long a collective waits for a missing rank before failing.
         verbose: print one line saying what runs where (world size, backend, devices, port).
-        progress: a text progress bar of rank 0's steps with loss and lr, and each evaluation, on stderr
-            (in a notebook cell and a terminal alike); default: as `verbose`. A `Dashboard` shows more.
+        progress: a text progress bar of rank 0's steps with loss, lr and the last evaluation, one line on
+            stdout that updates (in a notebook cell and a terminal alike); default: as `verbose`. A
+            `Dashboard` shows more.
         start_method: ``"forkserver"`` (default: safe after anything; the first launch of a kernel also
             starts the server, about a second), ``"spawn"`` (a fresh interpreter per worker: slowest) or
             ``"fork"`` (fastest start and arguments shared copy-on-write, but it hangs if this process ran
@@ -103,7 +105,7 @@ def launch(fn: Callable[..., Any], nprocs: int, *, progress: bool | None = None,
         'hello from rank 0 of 2'
     """
     if progress if progress is not None else options.get("verbose", True):
-        options["callbacks"] = [*options.get("callbacks", ()), ConsoleProgress()]
+        options["callbacks"] = [*options.get("callbacks", ()), ConsoleProgress(sys.stdout, one_line=True)]
     return Launch(fn, nprocs, **options).fit()
 
 
