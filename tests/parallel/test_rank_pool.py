@@ -73,7 +73,10 @@ def test_values_move_between_the_notebook_and_the_ranks(pool):
     pool.push("only_one", 7, ranks=[1])
     with pytest.raises(PoolError, match=r"rank 0 has no variable 'only_one'; it has: .*base"):
         pool.pull("only_one", rank=0)
+    with pytest.raises(PoolError, match=r"rank 0 has no variable 'only_one'"):
+        pool.pull("only_one")  # rank 1's answer is read too: nothing is left to answer the next request
     assert pool.pull("only_one", rank=1) == 7
+    assert pool.pull("w")[1].tolist() == [0.0, 2.0, 4.0]
     with pytest.raises(ValueError, match="identifier"):
         pool.push("not a name", 1)
 

@@ -1,9 +1,8 @@
 """Persistent, interactive ranks: N processes in one process group that run notebook cells on request.
 
-`launch` runs a whole function once; a `RankPool` keeps its ranks, each with a namespace of its own, so a
-learner can call ``dist.all_reduce`` in one cell, look at every rank's tensor, and go on in the next. The
-ranks start as `launch` workers do (fork server, cloudpickle, the launcher's cwd, environment and import
-path; gloo on CPU, nccl with one GPU per rank) and run `rank_server.serve_cells` as their function.
+`launch` runs a function once; a `RankPool` keeps its ranks, each with a namespace of its own, so a learner
+can call ``dist.all_reduce`` in one cell and look at every rank's tensor in the next. Ranks start as `launch`
+workers do (fork server, cloudpickle; gloo on CPU, nccl with a GPU each) and run `rank_server.serve_cells`.
 ``%%ranks`` (`workbench.widgets.rank_cells`, ``%load_ext workbench``) is the notebook's face of it.
 
     >>> pool = RankPool(2).start()
@@ -333,7 +332,7 @@ class RankPool:
         ranks = self._chosen(None if rank is None else [rank])
         for r in ranks:
             self._send(r, Pull(name))
-        values = [cloudpickle.loads(self._answer(r, name).pickled) for r in ranks]
+        values = [cloudpickle.loads(reply.pickled) for reply in self._answers(ranks, name)]
         return values[0] if rank is not None else values
 
     def push(self, name: str, value: Any, ranks: Iterable[int] | None = None) -> None:
@@ -345,8 +344,15 @@ class RankPool:
         chosen = self._chosen(ranks)
         for r in chosen:
             self._send(r, Push(name, pickled))
-        for r in chosen:
-            self._answer(r, name)
+        self._answers(chosen, name)
+
+    def _answers(self, ranks: list[int], name: str) -> list[ValueReply]:
+        """Every rank's answer, all read before a problem is raised (none is left for the next request)."""
+        replies = [self._answer(rank, name) for rank in ranks]
+        problem = next((reply.problem for reply in replies if reply.problem), "")
+        if problem:
+            raise PoolError(problem)
+        return replies
 
     def _answer(self, rank: int, name: str) -> ValueReply:
         try:
@@ -357,8 +363,6 @@ class RankPool:
         if not isinstance(reply, ValueReply) or reply.name != name:
             self.stuck = f"rank {rank} answered out of turn ({type(reply).__name__})"
             raise PoolError(f"rank {rank} answered out of turn; restart the pool")
-        if reply.problem:
-            raise PoolError(reply.problem)
         return reply
 
     # ------------------------------------------------------------------------------------------- helpers
