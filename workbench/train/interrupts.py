@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from os import PathLike
 from typing import Any
 
+from workbench.train.strategy import SingleDevice
+
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Training stopped by an interrupt. ``str(error)`` is one line; ``step`` and ``checkpoint`` say where it
@@ -84,3 +86,32 @@ def stop_on_interrupt(control: Any, *, on_first: Callable[[], None] | None = Non
         yield pressed
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def one_line_interrupts(job: Any) -> Iterator[list[bool]]:
+    """Around a `Trainer`'s fit: `stop_on_interrupt` on its control, and a second interrupt's
+    KeyboardInterrupt turned into `TrainingInterrupted` (quit, not saved). Not for one rank of several:
+    ranks stop together only through their launcher."""
+    alone = isinstance(job.strategy, SingleDevice)
+    with stop_on_interrupt(job.control if alone else None, on_first=_say_stopping) as pressed:
+        try:
+            yield pressed
+        except KeyboardInterrupt:
+            if not pressed:
+                raise
+            line = interrupted_line(job.describe(), job.step, job.total_steps, job.checkpoint, False)
+            raise TrainingInterrupted(line, job.step, job.checkpoint) from None
+
+
+def after_interrupt(job: Any, pressed: list[bool], result: Any) -> Any:
+    """`result`, or `TrainingInterrupted` raised when an interrupt stopped the fit (it saved): the cell or
+    script ends there, in one line."""
+    if not pressed or result.status != "stopped":
+        return result
+    line = interrupted_line(job.describe(), job.step, job.total_steps, job.checkpoint, True)
+    raise TrainingInterrupted(line, job.step, job.checkpoint, result)
+
+
+def _say_stopping() -> None:
+    print("stopping after this step and saving (interrupt again: quit without saving)", flush=True)

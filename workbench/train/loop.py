@@ -43,7 +43,7 @@ from workbench.train.evaluation import evaluate_shard
 from workbench.train.events import Callback, CallbackList
 from workbench.train.fit_events import FitEvents
 from workbench.train.instruments import StepInstruments
-from workbench.train.interrupts import TrainingInterrupted, interrupted_line, stop_on_interrupt
+from workbench.train.interrupts import after_interrupt, one_line_interrupts
 from workbench.train.log_window import LogWindow
 from workbench.train.loss_check import NonFiniteLossError, check_finite
 from workbench.train.metrics_log import MetricsLog
@@ -210,8 +210,7 @@ class Trainer:
         return self.strategy.describe()
 
     def terminate(self) -> None:
-        """Stop at the next step boundary, from any thread: the loop runs in this process and cannot be
-        cut short in the middle of a step (`control.stop()` does the same)."""
+        """Stop at the next step boundary, from any thread (as `control.stop()`; a step is never cut)."""
         self.control.stop()
 
     def worker_pids(self) -> None:
@@ -237,34 +236,23 @@ class Trainer:
         """Train until the configured epochs are done or a stop is requested.
 
         Args:
-            resume: ``True`` continues from this run's checkpoint (a run that never started starts
-                fresh; one that logged but never saved is refused); a path continues from that checkpoint.
-                Optimizer settings the config changes apply and are reported. Resuming on CPU continues
-                bit-identically.
+            resume: ``True`` continues from this run's checkpoint (a run that never started starts fresh;
+                one that logged but never saved is refused), a path from that checkpoint; changed optimizer
+                settings apply and are reported; on CPU a resume continues bit-identically.
 
         Raises:
+            TrainingInterrupted: the stop button (SIGINT) stopped the fit after its step and it saved.
             NonFiniteLossError: the loss became NaN/inf; the last good checkpoint stays as it was.
             RunInUseError: another live process is fitting this run name (it is named).
             ValueError: the checkpoint does not fit (config, optimizer kind, model) or is not readable.
         """
         check_resume(resume)
         started = time.perf_counter()
-        alone = isinstance(self.strategy, SingleDevice)  # ranks stop together only through their launcher
-        with stop_on_interrupt(self.control if alone else None, on_first=_say_stopping) as pressed:
-            try:
-                with self.record.held(), self.instruments.watching_fit():
-                    status = self._fit(resume)
-            except KeyboardInterrupt:
-                if not pressed:
-                    raise
-                line = interrupted_line(self.describe(), self.step, self.total_steps, self.checkpoint, False)
-                raise TrainingInterrupted(line, self.step, self.checkpoint) from None
+        with one_line_interrupts(self) as pressed, self.record.held(), self.instruments.watching_fit():
+            status = self._fit(resume)
         seconds = time.perf_counter() - started
         result = FitResult.of(status, self.step, self.epoch, seconds, self.report.last, self.checkpoint)
-        if pressed and status == "stopped":  # the cell (or script) ends here, in one line
-            line = interrupted_line(self.describe(), self.step, self.total_steps, self.checkpoint, True)
-            raise TrainingInterrupted(line, self.step, self.checkpoint, result)
-        return result
+        return after_interrupt(self, pressed, result)
 
     def _fit(self, resume: bool | str | os.PathLike) -> str:
         self._start(resume)
@@ -409,7 +397,3 @@ class Trainer:
     def _save(self) -> None:
         where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))
         self.record.save(where, self.model, self.optimizer, self.scaler)
-
-
-def _say_stopping() -> None:
-    print("stopping after this step and saving (interrupt again: quit without saving)", flush=True)
