@@ -95,7 +95,18 @@ def train_distributed(args: argparse.Namespace) -> int:
 
     if args.spark_master is not None:
         return _train_on_spark(args, train, strategy)
-    return launch(train, args.nproc_per_node, strategy=strategy, backend=args.backend)
+    from workbench.train.progress import ConsoleProgress
+
+    # a terminal's progress goes to stderr with a line per evaluation (stdout holds the result)
+    progress = [ConsoleProgress()]
+    return launch(
+        train,
+        args.nproc_per_node,
+        strategy=strategy,
+        backend=args.backend,
+        progress=False,
+        callbacks=progress,
+    )
 
 
 def _share_global_batch(args: argparse.Namespace, ranks: int) -> None:
