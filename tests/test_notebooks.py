@@ -91,3 +91,35 @@ def test_answer_cells_start_collapsed():
                 answers += 1
                 assert _collapsed(cell), f"{path.name} cell {index} holds an answer but is not collapsed"
     assert answers >= 9
+
+
+QUOTED = re.compile(r"(\S+)<!--out-->")  # a value the text quotes from the notebook's own stored output
+
+
+def _output_text(cell) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        parts.append(output.get("text", "") or output.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
+def test_values_the_text_quotes_from_stored_outputs_are_in_them():
+    """A value marked ``1.53×<!--out-->`` in a markdown cell (the marker renders as nothing) must appear in
+    the notebook's stored outputs: re-running a cell and keeping new outputs fails here until the text says
+    what they say (issue 43: four such statements had drifted)."""
+    quoted = 0
+    for path in NOTEBOOKS:
+        notebook = nbformat.read(path, as_version=4)
+        outputs = "\n".join(_output_text(cell) for cell in notebook.cells if cell.cell_type == "code")
+        for index, cell in enumerate(notebook.cells):
+            if cell.cell_type != "markdown":
+                continue
+            for token in QUOTED.findall(cell.source):
+                value = token.lstrip("(").rstrip(",;:)")
+                quoted += 1
+                assert value in outputs, (
+                    f"{path.name} cell {index} quotes {value!r} from a stored output, and no stored output "
+                    "holds it: say what the outputs say now"
+                )
+    assert quoted >= 6
+
