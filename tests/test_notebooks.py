@@ -122,4 +122,3 @@ def test_values_the_text_quotes_from_stored_outputs_are_in_them():
                     "holds it: say what the outputs say now"
                 )
     assert quoted >= 6
-
