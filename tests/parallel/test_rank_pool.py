@@ -189,3 +189,27 @@ def test_rich_values_are_shown_as_jupyter_would_show_them(pool):
     shown = [item for kind, item in run.cells[1].items if kind == "display"]
     assert shown[0]["image/png"].startswith(b"\x89PNG")
     assert shown[1]["text/html"] == "<b>rank 1</b>"
+
+
+def test_each_stack_dump_reads_only_what_the_worker_appended(tmp_path):
+    """A worker keeps its stack file open and writes at its own offset: a second dump (a second --timeout in
+    one pool) is read from where the first ended, not from a truncated file padded with NUL bytes."""
+    from workbench.parallel.launching._worker import STACK_SIGNAL, python_stacks, stack_file
+
+    worker = subprocess.Popen(
+        [sys.executable, "-c",
+         "import faulthandler, sys, time; f = open(sys.argv[1], 'w'); "
+         f"faulthandler.register({int(STACK_SIGNAL)}, file=f, all_threads=True); "
+         "print(flush=True); time.sleep(60)",
+         str(stack_file(tmp_path, 0))],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        worker.stdout.readline()
+        first = python_stacks({0: worker.pid}, tmp_path, 0.3)[0]
+        second = python_stacks({0: worker.pid}, tmp_path, 0.3)[0]
+    finally:
+        worker.kill()
+        worker.wait()
+    assert first.startswith("Current thread") and "in <module>" in first
+    assert second == first and "\x00" not in second

@@ -14,6 +14,7 @@ that the function builds get the event pipe and the control through `workbench.t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime
 import faulthandler
@@ -54,6 +55,28 @@ STACK_SIGNAL = signal.SIGUSR1  # asks a worker for its Python stacks (faulthandl
 def stack_file(result_dir: Path, rank: int) -> Path:
     """Where rank `rank` writes its Python stacks on `STACK_SIGNAL`."""
     return result_dir / f"rank{rank}-stacks.txt"
+
+
+def python_stacks(pids: dict[int, int], result_dir: Path, wait_s: float) -> dict[int, str]:
+    """Rank → the Python stacks of its worker now: each is sent `STACK_SIGNAL` and what it appends to its
+    stack file within `wait_s` is read (the file keeps earlier dumps; the worker writes at its own offset)."""
+    if not pids:
+        return {}
+    before = {rank: _size(stack_file(result_dir, rank)) for rank in pids}
+    for pid in pids.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, STACK_SIGNAL)
+    time.sleep(wait_s)
+    stacks = {}
+    for rank in pids:
+        path = stack_file(result_dir, rank)
+        dumped = path.read_bytes()[before[rank] :] if path.exists() else b""
+        stacks[rank] = dumped.decode(errors="replace").strip()
+    return stacks
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
 
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h

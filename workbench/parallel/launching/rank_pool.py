@@ -33,13 +33,12 @@ import cloudpickle
 
 from workbench._validate import check_int, check_positive
 from workbench.parallel.launching._worker import (
-    STACK_SIGNAL,
     LauncherOutput,
     Payload,
     WorkerSpec,
     dumps_by_value,
+    python_stacks,
     run_worker,
-    stack_file,
 )
 from workbench.parallel.launching.launcher import Launch, free_port
 from workbench.parallel.launching.rank_messages import (
@@ -315,15 +314,11 @@ class RankPool:
             )
 
     def _stacks(self, ranks: list[int]) -> dict[int, str]:
-        folder = Path(self._folder.name) if self._folder is not None else None
-        if not ranks or folder is None:
+        if self._folder is None:
             return {}
-        for rank in ranks:
-            stack_file(folder, rank).write_text("")
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.processes[rank].pid, STACK_SIGNAL)
-        time.sleep(_STACK_WAIT_S)
-        return {rank: _main_thread_stack(stack_file(folder, rank).read_text()) for rank in ranks}
+        pids = {rank: self.processes[rank].pid for rank in ranks}
+        dumps = python_stacks(pids, Path(self._folder.name), _STACK_WAIT_S)
+        return {rank: _main_thread_stack(dump) for rank, dump in dumps.items()}
 
     # ------------------------------------------------------------------------------------------- values
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
 import signal
 import sys
 import time
@@ -15,12 +14,11 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
 from workbench.parallel.launching._worker import (
-    STACK_SIGNAL,
     LauncherOutput,
     Payload,
     WorkerSpec,
+    python_stacks,
     run_worker,
-    stack_file,
 )
 from workbench.parallel.launching.shared_arrays import SharedArrays
 from workbench.train.control import ControlMessage, TrainControl
@@ -224,17 +222,10 @@ class Supervisor:
 
     def _stacks_of_live_workers(self) -> dict[int, str]:
         """Rank → Python stacks of every worker still running after another failed (asked by signal)."""
-        live = {rank: p for rank, p in enumerate(self.processes) if p.exitcode is None and p.pid is not None}
-        for process in live.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, STACK_SIGNAL)
-        if live:
-            time.sleep(_STACK_WAIT_S)
-        stacks = {}
-        for rank in live:
-            path = stack_file(self.spec.result_dir, rank)
-            stacks[rank] = path.read_text().strip() if path.exists() else ""
-        return stacks
+        live = {
+            rank: p.pid for rank, p in enumerate(self.processes) if p.exitcode is None and p.pid is not None
+        }
+        return python_stacks(live, self.spec.result_dir, _STACK_WAIT_S)
 
     def _failure(self) -> WorkerFailed:
         hung = self._hung_failure()
