@@ -36,7 +36,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
 from workbench.parallel.launching.rank_messages import CellRun, RankCell
-from workbench.parallel.launching.rank_pool import PoolError, RankPool, Reply
+from workbench.parallel.launching.rank_pool import PoolError, RankPool
 
 _LIVE_EVERY_S = 0.3  # the live view redraws at most this often
 _COLLAPSE_BEYOND = 4  # with more ranks, each rank's block starts collapsed
@@ -151,7 +151,7 @@ class RankMagics(Magics):
         if self.pool is None:
             raise UsageError("no ranks yet; start them with %ranks start N")
         view = _LiveView(live=getattr(self.shell, "kernel", None) is not None)
-        run = self.pool.run(code, args.on, args.timeout, view.on_reply)
+        run = self.pool.run(code, args.on, args.timeout, view.on_update)
         view.finish(run)
         if run.interrupted:
             ended = [r for r, c in run.cells.items() if c.done and r not in run.stuck]
@@ -188,16 +188,11 @@ class _LiveView:
     def __init__(self, live: bool) -> None:
         self.live = live
         self.handle: Any = None
-        self.cells: dict[int, RankCell] = {}
         self._drawn_at = 0.0
 
-    def on_reply(self, reply: Reply) -> None:
-        if not self.live:
-            return
-        cell = self.cells.setdefault(reply.rank, RankCell(reply.rank))
-        cell.record(reply)
-        if time.monotonic() - self._drawn_at >= _LIVE_EVERY_S:
-            self._draw(self.cells)
+    def on_update(self, run: CellRun) -> None:
+        if self.live and time.monotonic() - self._drawn_at >= _LIVE_EVERY_S:
+            self._draw(run.cells)
 
     def finish(self, run: CellRun) -> None:
         self._draw(run.cells)

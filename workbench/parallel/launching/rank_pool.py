@@ -42,9 +42,6 @@ from workbench.parallel.launching._worker import (
 )
 from workbench.parallel.launching.launcher import Launch, free_port
 from workbench.parallel.launching.rank_messages import (
-    CellDisplay,
-    CellDone,
-    CellOutput,
     CellRun,
     Pull,
     Push,
@@ -64,8 +61,6 @@ _POLL_S = 0.05
 _INTERRUPT_GRACE_S = 2.0  # how long an interrupted cell has to end before its rank counts as stuck
 _STOP_GRACE_S = 5.0
 _STACK_WAIT_S = 0.5
-
-Reply = CellOutput | CellDisplay | CellDone
 
 
 class PoolError(RuntimeError):
@@ -240,13 +235,14 @@ class RankPool:
         code: str,
         ranks: Iterable[int] | None = None,
         timeout_s: float | None = None,
-        on_reply: Callable[[Reply], None] | None = None,
+        on_update: Callable[[CellRun], None] | None = None,
     ) -> CellRun:
         """Run `code` on every rank (or `ranks`) at once; wait for all; each rank's output and errors.
 
         `timeout_s`: after it, the ranks still running are named with their Python stacks and interrupted.
-        `on_reply`: called with each output as it arrives (a live view). An interrupt (KeyboardInterrupt
-        while waiting) interrupts the cell on the ranks; the run comes back with ``interrupted`` set.
+        `on_update`: called with the run after each output arrives (a live view). An interrupt
+        (KeyboardInterrupt while waiting) interrupts the cell on the ranks; the run comes back with
+        ``interrupted`` set.
         """
         chosen = self._chosen(ranks)
         if timeout_s is not None:
@@ -257,18 +253,18 @@ class RankPool:
             self._send(rank, RunCell(code, self.cells_run))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            self._collect(run, deadline, on_reply)
+            self._collect(run, deadline, on_update)
         except KeyboardInterrupt:
             run.interrupted = True
-            self._interrupt(run, on_reply)
+            self._interrupt(run, on_update)
             return run
         if not all(cell.done for cell in run.cells.values()):
             run.timed_out_after = timeout_s
-            self._interrupt(run, on_reply)
+            self._interrupt(run, on_update)
         return run
 
     def _collect(
-        self, run: CellRun, deadline: float | None, on_reply: Callable[[Reply], None] | None
+        self, run: CellRun, deadline: float | None, on_update: Callable[[CellRun], None] | None
     ) -> None:
         while not all(cell.done for cell in run.cells.values()):
             if deadline is not None and time.monotonic() > deadline:
@@ -282,8 +278,8 @@ class RankPool:
                     self._lost(run, rank)
                     continue
                 run.cells[rank].record(reply)
-                if on_reply is not None:
-                    on_reply(reply)
+                if on_update is not None:
+                    on_update(run)
 
     def _lost(self, run: CellRun, rank: int) -> None:
         self.processes[rank].join(1)
@@ -292,7 +288,7 @@ class RankPool:
         run.cells[rank].failure = RankFailure("RankLost", f"rank {rank} exited: {reason}", "")
         self.stuck = f"rank {rank} exited ({reason})"
 
-    def _interrupt(self, run: CellRun, on_reply: Callable[[Reply], None] | None) -> None:
+    def _interrupt(self, run: CellRun, on_update: Callable[[CellRun], None] | None) -> None:
         """Take the stacks of the ranks still running, SIGINT them, wait a moment for their cells to end;
         those that do not (stuck inside a collective's C++ wait) make the pool stuck."""
         running = [rank for rank, cell in run.cells.items() if not cell.done]
@@ -302,7 +298,7 @@ class RankPool:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.processes[rank].pid, signal.SIGINT)
         with contextlib.suppress(KeyboardInterrupt):  # a second press while we wait
-            self._collect(run, time.monotonic() + _INTERRUPT_GRACE_S, on_reply)
+            self._collect(run, time.monotonic() + _INTERRUPT_GRACE_S, on_update)
         run.stuck = [rank for rank, cell in run.cells.items() if not cell.done]
         if run.interrupted:  # the person pressed stop: only a rank that did not stop needs its stack shown
             for rank, cell in run.cells.items():
