@@ -32,20 +32,19 @@ class TrainingInterrupted(KeyboardInterrupt):
     def _render_traceback_(self) -> list[str]:  # IPython: this line instead of a traceback
         return [str(self)]
 
+    @classmethod
+    def of(cls, job: Any, line: str, result: Any = None) -> TrainingInterrupted:
+        """`line` about `job` (a `Trainer` or a `Launch`), with where it stopped and what it saved."""
+        return cls(line, job.step, job.checkpoint, result)
 
-RESUME_HINT = "fit(resume=True) continues from it"
 
-
-def interrupted_line(
-    what: str,
-    step: int,
-    total: int | None,
-    checkpoint: str | PathLike[str] | None,
-    saved: bool,
-    resume_hint: str = RESUME_HINT,
-) -> str:
-    """E.g. "stopped training (1 process on cpu) at step 120 of 460 after an interrupt; checkpoint
+def interrupted_line(job: Any, saved: bool) -> str:
+    """What an interrupt did to `job` (a `Job`: a `Trainer`, or a `Launch`'s worker processes), e.g.
+    "stopped training (1 process on cpu) at step 120 of 460 after an interrupt; checkpoint
     runs/x/checkpoint.pt (fit(resume=True) continues from it)"."""
+    what = job.describe().split(" (", 1)[0]  # "2 processes", "1 process on cpu"
+    in_workers = job.worker_pids() is not None  # a launch: resuming is up to the user's function
+    step, total, checkpoint = job.step, job.total_steps, job.checkpoint
     of = f" of {total}" if total else ""
     if saved:
         how = f"stopped training ({what}) at step {step}{of} after an interrupt"
@@ -56,7 +55,8 @@ def interrupted_line(
     if checkpoint is None:
         return f"{how}; no checkpoint (give the Trainer a run= to keep one)"
     kind = "checkpoint" if saved else "last checkpoint"
-    return f"{how}; {kind} {checkpoint} ({resume_hint})"
+    resume = "Trainer.fit(resume=True) in your function" if in_workers else "fit(resume=True)"
+    return f"{how}; {kind} {checkpoint} ({resume} continues from it)"
 
 
 @contextlib.contextmanager
@@ -100,8 +100,7 @@ def one_line_interrupts(job: Any) -> Iterator[list[bool]]:
         except KeyboardInterrupt:
             if not pressed:
                 raise
-            line = interrupted_line(job.describe(), job.step, job.total_steps, job.checkpoint, False)
-            raise TrainingInterrupted(line, job.step, job.checkpoint) from None
+            raise TrainingInterrupted.of(job, interrupted_line(job, False)) from None
 
 
 def after_interrupt(job: Any, pressed: list[bool], result: Any) -> Any:
@@ -109,8 +108,7 @@ def after_interrupt(job: Any, pressed: list[bool], result: Any) -> Any:
     script ends there, in one line."""
     if not pressed or result.status != "stopped":
         return result
-    line = interrupted_line(job.describe(), job.step, job.total_steps, job.checkpoint, True)
-    raise TrainingInterrupted(line, job.step, job.checkpoint, result)
+    raise TrainingInterrupted.of(job, interrupted_line(job, True), result)
 
 
 def _say_stopping() -> None:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from workbench.train.interrupts import RESUME_HINT, TrainingInterrupted, interrupted_line
+from workbench.train.interrupts import TrainingInterrupted, interrupted_line
 from workbench.train.job import Job
 
 GRACE_S = 5.0  # after an interrupt, how long the job gets to stop at a step boundary before it is terminated
@@ -142,12 +142,9 @@ class JobRunner:
         if terminated:
             self.job.terminate()  # e.g. a Launch's workers that do not reach a step boundary in time
         thread.join()
-        what = self.job.describe().split(" (", 1)[0]  # "2 processes", "1 process on cpu"
-        job, saved = self.job, not terminated and self.error is None
-        in_fn = "Trainer.fit(resume=True) in your function continues from it"
-        hint = RESUME_HINT if job.worker_pids() is None else in_fn
-        line = interrupted_line(what, job.step, job.total_steps, job.checkpoint, saved, hint)
+        saved = not terminated and self.error is None
+        line = interrupted_line(self.job, saved)
         if terminated:
-            after = line.split("; ", 1)[1]
+            what, after = self.job.describe().split(" (", 1)[0], line.split("; ", 1)[1]
             line = f"terminated {what}: no step boundary within {self.grace_s:g} s of the interrupt; {after}"
-        raise TrainingInterrupted(line, job.step, job.checkpoint, self.result if saved else None) from None
+        raise TrainingInterrupted.of(self.job, line, self.result if saved else None) from None

@@ -286,12 +286,8 @@ class Launch:
         )
 
     def _interrupted(self, saved: bool, result: Any = None) -> TrainingInterrupted:
-        what = self.describe().split(" (", 1)[0]
-        hint = "Trainer.fit(resume=True) in your function continues from it"
-        line = interrupted_line(what, self.step, self.total_steps, self.checkpoint, saved, hint)
-        if not saved:
-            line += "; every worker was stopped"
-        return TrainingInterrupted(line, self.step, self.checkpoint, result)
+        line = interrupted_line(self, saved) + ("" if saved else "; every worker was stopped")
+        return TrainingInterrupted.of(self, line, result)
 
     def _run_workers(self, port: int) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="workbench-launch-") as result_dir:
