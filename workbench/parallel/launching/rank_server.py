@@ -29,6 +29,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from workbench.data.batch import map_tensors
 from workbench.parallel.launching.rank_messages import (
     CellDisplay,
     CellDone,
@@ -173,18 +174,13 @@ def mime_bundle(value: Any) -> dict[str, Any]:
 
 
 def on_cpu(value: Any) -> Any:
-    """`value` with every tensor in it (also in lists, tuples and dicts) detached and on the CPU."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {key: on_cpu(item) for key, item in value.items()}
-    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-        return type(value)(on_cpu(item) for item in value)
+    """`value` with every tensor in it (also in lists, tuples, named tuples and mappings: `map_tensors`)
+    detached and on the CPU; a module on a GPU as a CPU copy."""
     if isinstance(value, torch.nn.Module) and any(p.device.type != "cpu" for p in value.parameters()):
         import copy
 
         return copy.deepcopy(value).cpu()
-    return value
+    return map_tensors(value, lambda tensor: tensor.detach().cpu())
 
 
 def _pull(request: Pull, namespace: dict[str, Any], rank: int) -> ValueReply:
