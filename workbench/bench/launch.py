@@ -55,11 +55,11 @@ def benchmark_launch(*, nprocs: int = 2, repeats: int = 5) -> LaunchBenchmark:
     """Time `repeats` launches per start method, alternating the methods (see the module docstring)."""
     check_int("nprocs", nprocs, minimum=1)
     check_int("repeats", repeats, minimum=1)
-    first = _timed_launch("forkserver", nprocs)  # starts the server, or reuses one already running
+    first = timed_launch("forkserver", nprocs)  # starts the server, or reuses one already running
     seconds: dict[str, list[float]] = {method: [] for method in START_METHODS}
     for _ in range(repeats):
         for method in START_METHODS:
-            seconds[method].append(_timed_launch(method, nprocs))
+            seconds[method].append(timed_launch(method, nprocs))
     started_here = first > 1.5 * statistics.median(seconds["forkserver"])
     return LaunchBenchmark(nprocs, {m: tuple(s) for m, s in seconds.items()}, first if started_here else None)
 
@@ -68,7 +68,8 @@ def _rank(strategy) -> int:
     return strategy.rank
 
 
-def _timed_launch(method: str, nprocs: int) -> float:
+def timed_launch(method: str, nprocs: int) -> float:
+    """Seconds of one whole ``launch`` of a function that returns at once (one thread per worker)."""
     started = time.perf_counter()
     launch(_rank, nprocs, start_method=method, threads_per_process=1, verbose=False)
     return time.perf_counter() - started

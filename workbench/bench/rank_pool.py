@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from workbench._validate import check_int
-from workbench.parallel.launching.launcher import launch
+from workbench.bench.launch import timed_launch
 from workbench.parallel.launching.rank_pool import RankPool
 from workbench.tables import text_table
 
@@ -58,16 +58,14 @@ def benchmark_rank_pool(*, nprocs: int = 4, repeats: int = 5, cells: int = 20) -
     check_int("nprocs", nprocs, minimum=1)
     check_int("repeats", repeats, minimum=1)
     check_int("cells", cells, minimum=1)
-    launch(_rank, nprocs, threads_per_process=1, verbose=False)  # starts this process's fork server
+    timed_launch("forkserver", nprocs)  # starts this process's fork server
     starts, launches = [], []
     for _ in range(repeats):
         began = time.perf_counter()
         pool = RankPool(nprocs, threads_per_process=1).start()
         starts.append(time.perf_counter() - began)
         pool.stop()
-        began = time.perf_counter()
-        launch(_rank, nprocs, threads_per_process=1, verbose=False)
-        launches.append(time.perf_counter() - began)
+        launches.append(timed_launch("forkserver", nprocs))
     empty, sleeping = [], []
     with RankPool(nprocs, threads_per_process=1) as pool:
         pool.run("import time")
@@ -83,7 +81,3 @@ def _timed(pool: RankPool, code: str) -> float:
     if run.failed:
         raise RuntimeError(f"the benchmark's cell {code!r} failed on rank(s) {run.failed}")
     return time.perf_counter() - began
-
-
-def _rank(strategy) -> int:
-    return strategy.rank
