@@ -45,7 +45,8 @@ def _models() -> list[tuple[str, torch.nn.Module, torch.Tensor]]:
 def check_state_bytes(state_bytes: Callable[[torch.nn.Module, str, float], float]) -> str:
     """The learner's count against the Estimator's params + grads + optimizer_state, model by model."""
     name = getattr(state_bytes, "__name__", "state_bytes")
-    for label, model, sample in _models():
+    cases = _models()
+    for label, model, sample in cases:
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         for optimizer, momentum in _SETTINGS:
             estimate = estimate_memory(
@@ -60,4 +61,4 @@ def check_state_bytes(state_bytes: Callable[[torch.nn.Module, str, float], float
                     f"{estimate.params:,} + gradients {estimate.grads:,} + optimizer state "
                     f"{estimate.optimizer_state:,} ({estimate.optimizer_state / weights:g}× the parameters)"
                 )
-    return f"{name} matches the Estimator for {len(_models())} models × {len(_SETTINGS)} optimizer settings"
+    return f"{name} matches the Estimator for {len(cases)} models × {len(_SETTINGS)} optimizer settings"
