@@ -4,6 +4,7 @@ where the driver reads it; and the mistakes that would hang or fail late, refuse
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,50 @@ def test_workbench_train_runs_its_ranks_as_spark_tasks(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=environment)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "sp" / "checkpoint.pt").is_file()
+
+
+KILLED_RANK_SCRIPT = """
+import argparse, os, signal, sys, time
+import torch, torch.distributed as dist
+from workbench.cli.train_distributed import _train_on_spark
+
+def train(strategy):
+    if strategy.rank == 1:
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGKILL)  # the rank's process dies as a lost executor's would
+    for _ in range(400):
+        dist.all_reduce(torch.ones(1))
+        time.sleep(0.05)
+
+args = argparse.Namespace(spark_master="local[2]", nproc_per_node=2, spark_on_driver=False, backend=None,
+                          collective_timeout=30)
+sys.exit(_train_on_spark(args, train, None))
+"""
+
+
+def test_a_killed_rank_is_one_line_per_rank_with_no_java_stack_or_torchrun_report(tmp_path):
+    """`workbench train --spark-master` with a rank's process killed mid-run: one line from each rank and the
+    job's one-line summary; none of torchrun's ChildFailedError reports, Spark's Java stacks, its stage
+    progress bar, or a line twice (pyspark writes a task's first line to the executor's stderr too)."""
+    environment = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_RANK_SCRIPT], capture_output=True, text=True, timeout=300,
+        env=environment, cwd=tmp_path,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 1, said[-3000:]
+    ours = [line for line in said.splitlines() if line.startswith("workbench")]
+    host = socket.gethostname()
+    assert sorted(ours[:-1]) == [
+        "workbench: error: rank 0 lost the connection to 127.0.0.1 (another rank's Spark task stopped, or "
+        "the network between them failed)",
+        f"workbench: rank 0 of 2 runs on {host}",
+        "workbench: rank 0's process ended with exit code 1",
+        f"workbench: rank 1 of 2 runs on {host}",
+        "workbench: rank 1's process ended with exit code -9 (SIGKILL)",
+    ], said[-3000:]
+    assert ours[-1].startswith("workbench train: error: the Spark job failed: "), said[-3000:]
+    noises = ("\tat org.apache", "Traceback", "ChildFailedError", "exitcode:", "[Stage 0:", "ERROR Executor")
+    for noise in noises:
+        assert noise not in said, f"{noise!r} in:\n{said[-3000:]}"
+    assert len(said.splitlines()) <= 12, said

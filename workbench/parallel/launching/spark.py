@@ -7,7 +7,9 @@ their process group. It returns rank 0's value, whichever rank's copy Spark hand
 rank 0's, broadcast. `fn` may be defined in a notebook (it travels by value, with cloudpickle); the ranks
 work in the driver's working directory when their machine has it, so ``Trainer(run=...)`` writes the run
 where the driver, and `follow_metrics`, can read it (on a cluster: a shared filesystem, or an absolute
-``runs_dir`` there). Executors need workbench and torch installed, as TorchDistributor needs torch.
+``runs_dir`` there). Executors need workbench and torch installed, as TorchDistributor needs torch. A rank
+whose process fails is one line (``workbench: rank 1's process ended with exit code -9 (SIGKILL)``), not
+torchrun's report.
 
 Before anything starts, what would otherwise fail late or never end is refused with the fix: no Java, no
 active SparkSession, fewer task slots than processes in ``local_mode=False`` (Spark would wait for slots
@@ -35,6 +37,11 @@ from typing import Any
 from workbench._distribution import pip_install
 from workbench._validate import check_int
 from workbench.parallel.launching._worker import dumps_by_value
+from workbench.parallel.launching.spark_output import (
+    quiet_task_failure_logs,
+    say_started,
+    torchrun_reports_in_one_line,
+)
 
 SPARK_INSTALL = f"{pip_install('spark')} (or pip install pyspark)"
 
@@ -42,7 +49,9 @@ SPARK_INSTALL = f"{pip_install('spark')} (or pip install pyspark)"
 @contextmanager
 def spark_session(master: str, app_name: str = "workbench train") -> Iterator[Any]:
     """A SparkSession on `master` (``local[2]``, ``spark://host:7077``), stopped on leaving; Java and
-    pyspark checked first, with the fix, and Python workers on this machine run this interpreter."""
+    pyspark checked first, with the fix, and Python workers on this machine run this interpreter. A failed
+    task is not logged with its Java stack, and no stage progress bar cuts into the ranks' lines: the
+    caller says why a job failed (`spark_failure`)."""
     try:
         from pyspark.sql import SparkSession
     except ModuleNotFoundError:
@@ -52,7 +61,9 @@ def spark_session(master: str, app_name: str = "workbench train") -> Iterator[An
     except RuntimeError as error:
         raise ValueError(str(error)) from None
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers on a local master run this one
-    session = SparkSession.builder.master(master).appName(app_name).getOrCreate()
+    builder = SparkSession.builder.master(master).appName(app_name)
+    session = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    quiet_task_failure_logs(session)
     try:
         yield session
     finally:
@@ -103,7 +114,8 @@ def run_on_spark(
 
     payload = dumps_by_value((fn, tuple(args), strategy, os.getcwd(), list(sys.path)), fn)
     distributor = TorchDistributor(num_processes=num_processes, local_mode=local_mode, use_gpu=use_gpu)
-    return distributor.run(_spark_rank, payload, backend, timeout_s)
+    with torchrun_reports_in_one_line(local_master=session.sparkContext.master.startswith("local")):
+        return distributor.run(_spark_rank, payload, backend, timeout_s)
 
 
 def _spark_rank(payload: bytes, backend: str | None, timeout_s: float) -> Any:
@@ -119,6 +131,7 @@ def _spark_rank(payload: bytes, backend: str | None, timeout_s: float) -> Any:
         os.chdir(cwd)  # relative run directories land where the driver reads them
     sys.path[:] = list(dict.fromkeys([*sys.path, *path]))
     strategy = strategy if strategy is not None else DataParallel()
+    say_started(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
     join_process_group_from_env(backend, timeout_s, who="run_on_spark")
     strategy.bind()
     failed = True
