@@ -74,7 +74,7 @@ def test_every_exercise_has_an_answer_to_open():
             assert answer >= 0 and "</details>" in item[answer:], (
                 f"{path.name}: exercise {number} has no answer"
             )
-            if "collapsed cell below" in item:  # the answer is code that runs under Run All and in CI
+            if re.search(r"collapsed\s+(`%%answer`\s+)?cell below", item):  # the answer is code that CI runs
                 following = notebook.cells[index + 1]
                 where = f"{path.name}: exercise {number}'s answer, cell {index + 1},"
                 assert following.cell_type == "code" and _collapsed(following), (
@@ -83,14 +83,25 @@ def test_every_exercise_has_an_answer_to_open():
     assert with_exercises >= 8
 
 
-def test_answer_cells_start_collapsed():
+def test_answer_cells_start_collapsed_unrun_and_after_the_learners_stub():
+    """Each exercise waits for the learner: the stub (a `your_turn()` body, or ``...``), then one answer in a
+    collapsed ``%%answer`` cell, which Run All leaves unrun (tests/browser runs them so)."""
     answers = 0
     for path in NOTEBOOKS:
-        for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        cells = nbformat.read(path, as_version=4).cells
+        for index, cell in enumerate(cells):
             if cell.cell_type == "code" and re.search(r"^# (One answer|Answers?)\b", cell.source, flags=re.M):
                 answers += 1
-                assert _collapsed(cell), f"{path.name} cell {index} holds an answer but is not collapsed"
-    assert answers >= 9
+                where = f"{path.name} cell {index}"
+                assert _collapsed(cell), f"{where} holds an answer but is not collapsed"
+                assert cell.source.startswith("%%answer\n"), f"{where} holds an answer that Run All would run"
+                before = cells[index - 1]
+                if before.cell_type == "markdown":  # an answer to an Exercises item: the learner adds a cell
+                    continue
+                stub = before.source
+                waits = "your_turn()" in stub or " = ...  # your turn" in stub or stub.startswith("%%answer")
+                assert waits, f"{where}: no stub before it"
+    assert answers >= 13
 
 
 QUOTED = re.compile(r"(\S+)<!--out-->")  # a value the text quotes from the notebook's own stored output

@@ -21,7 +21,10 @@ __all__ = ["__version__", "load_ipython_extension"]
 
 
 def load_ipython_extension(shell: object) -> None:
-    """``%load_ext workbench``: the ``%ranks`` / ``%%ranks`` magics (`workbench.widgets.rank_cells`)."""
-    from workbench.widgets.rank_cells import load_ipython_extension as load
+    """``%load_ext workbench``: the ``%ranks`` / ``%%ranks`` magics (`workbench.widgets.rank_cells`) and the
+    tutorials' ``%%answer`` / ``%%when_written`` (`workbench.exercises.cells`)."""
+    from workbench.exercises.cells import load_ipython_extension as load_exercises
+    from workbench.widgets.rank_cells import load_ipython_extension as load_ranks
 
-    load(shell)
+    load_ranks(shell)
+    load_exercises(shell)

@@ -85,6 +85,7 @@ def lab(tmp_path_factory, free_port):
         f"--LabApp.user_settings_dir={root / 'settings'}",
     ]  # fmt: skip
     env = {**os.environ, "JUPYTER_PREFER_ENV_PATH": "1"}
+    env.pop("WORKBENCH_ANSWERS", None)  # a learner's Run All: the %%answer cells stay unrun, the stubs stay
     log = (root / "lab.log").open("w")
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -4,7 +4,9 @@ JupyterLab serves a temporary copy of ``notebooks/`` (so autosave never touches 
 presses Run ▸ Run All Cells in every notebook (three at a time, each in its own tab: `NotebookRuns`),
 waits for the last cell, then checks the page: no errors, every plotly plot holds data, plotly's widget
 bundle arrived at most once, and where a notebook has a Dashboard, its loss plot holds as many points as
-the notebook says and the progress bar reached 100%.
+the notebook says and the progress bar reached 100%. The lab runs the notebooks as a learner does, with the
+exercises' stubs: every check says "not attempted yet", every cell built on a stub waits, and no
+``%%answer`` cell runs.
 Screenshots go to ``artifacts/browser/``.
 
 The lab, the browser and Run All live in ``jupyterlab.py``.
@@ -57,9 +59,27 @@ def _check_page(page, received: list[int], notebook: str) -> None:
     # plotly's 5-MB widget bundle reaches the page once, not with each plot (workbench.widgets._figure_widget)
     large = [size for size in received if size > 4_000_000]
     assert len(large) <= 1, f"{len(large)} websocket messages over 4 MB: {large}"
+    _check_exercises_wait(page, notebook)
     check = EXTRA_CHECKS.get(notebook)
     if check is not None:
         check(page)
+
+
+def _check_exercises_wait(page, notebook: str) -> None:
+    """Run All with the stubs: each %%answer cell says it was not run, each %%when_written cell waits, and
+    the checks say "not attempted yet" (nothing failed: `errors_in_page` is empty)."""
+    import nbformat
+
+    cells = nbformat.read(REPO / "notebooks" / notebook, as_version=4).cells
+    answers = sum(cell.source.startswith("%%answer") for cell in cells)
+    waits = sum(cell.source.startswith("%%when_written") for cell in cells)
+    outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+    unrun = sum("One answer, not run" in text for text in outputs)
+    waiting = sum(text.startswith("waiting for your ") for text in outputs)
+    not_attempted = sum("not attempted yet: " in text for text in outputs)
+    said = f"{unrun} of {answers} answers unrun, {waiting} of {waits} cells waiting"
+    assert (unrun, waiting) == (answers, waits), said
+    assert not_attempted + waiting >= answers, f"{not_attempted} 'not attempted yet' for {answers} exercises"
 
 
 def _check_optimizers(page) -> None:
@@ -86,8 +106,8 @@ def _check_data_parallel(page) -> None:
     # %%ranks cells under Run All: one block per rank (4 ranks × 4 cells with output), each rank's own output
     ranks = page.locator(".workbench-ranks")
     assert ranks.count() == 4, f"{ranks.count()} %%ranks outputs in the page"
-    ring = ranks.nth(3).inner_text()
-    assert all(f"rank {r}: ring_all_reduce gives the sum over 4 rank(s)" in ring for r in range(4)), ring
+    ring = ranks.nth(3).inner_text()  # the learner's stub: the check waits on every rank
+    assert ring.count("not attempted yet: ring_all_reduce still calls your_turn()") == 4, ring
     blocks = ranks.first.locator("details").all_inner_texts()
     assert [b.split(" ·")[0] for b in blocks] == ["rank 0", "rank 1", "rank 2", "rank 3"], blocks
     sums = {line for block in blocks for line in block.splitlines() if line.startswith("all_reduce:")}

@@ -4,7 +4,18 @@ with the element or the thread it went wrong at (numba's simulator here, the GPU
 import pytest
 
 from workbench.exercises import ExerciseMismatch
-from workbench.exercises.kernels import check_block_sum, check_map, check_outer_add, check_tiled_matmul
+from workbench.exercises.kernels import (
+    check_axis_sum,
+    check_block_sum,
+    check_conv1d,
+    check_dot,
+    check_map,
+    check_outer_add,
+    check_pool,
+    check_prefix_sum,
+    check_tiled_matmul,
+    check_zip,
+)
 from workbench.kernels._numba import load_cuda
 
 cuda = load_cuda()  # configures numba (the simulator without a GPU) before anything imports it
@@ -113,11 +124,158 @@ def tiled_matmul_whole_tiles_only(a, b, out):
         out[row, col] = acc
 
 
+DOT_THREADS, PREFIX_THREADS, AXIS_THREADS = 32, 16, 16  # threads per block of dot, prefix_sum, axis_sum
+
+
+@cuda.jit
+def zip_add(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + b[i]
+
+
+@cuda.jit
+def pool3(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        total = x[i]
+        if i >= 1:
+            total += x[i - 1]
+        if i >= 2:
+            total += x[i - 2]
+        out[i] = total
+
+
+@cuda.jit
+def dot(a, b, out):
+    products = cuda.shared.array(DOT_THREADS, float32)
+    t = cuda.threadIdx.x
+    products[t] = a[t] * b[t] if t < a.size else 0
+    cuda.syncthreads()
+    stride = DOT_THREADS // 2
+    while stride > 0:  # block_sum's tree, on the products
+        if t < stride:
+            products[t] += products[t + stride]
+        cuda.syncthreads()
+        stride //= 2
+    if t == 0:
+        out[0] = products[0]
+
+
+@cuda.jit
+def conv1d(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        total = float32(0)
+        for j in range(b.size):
+            if i + j < a.size:  # past a's end counts 0
+                total += a[i + j] * b[j]
+        out[i] = total
+
+
+@cuda.jit
+def prefix_sum(x, out):
+    running = cuda.shared.array(PREFIX_THREADS, float32)
+    t = cuda.threadIdx.x
+    running[t] = x[t] if t < x.size else 0
+    cuda.syncthreads()
+    stride = 1
+    while stride < PREFIX_THREADS:
+        left = running[t - stride] if t >= stride else float32(0)
+        cuda.syncthreads()  # every thread has read before any writes
+        running[t] += left
+        cuda.syncthreads()
+        stride *= 2
+    if t < out.size:
+        out[t] = running[t]
+
+
+@cuda.jit
+def axis_sum(x, out):
+    partial = cuda.shared.array(AXIS_THREADS, float32)
+    row, t = cuda.blockIdx.x, cuda.threadIdx.x
+    total = float32(0)
+    for column in range(t, x.shape[1], AXIS_THREADS):  # 20 columns, 16 threads: some take two
+        total += x[row, column]
+    partial[t] = total
+    cuda.syncthreads()
+    stride = AXIS_THREADS // 2
+    while stride > 0:
+        if t < stride:
+            partial[t] += partial[t + stride]
+        cuda.syncthreads()
+        stride //= 2
+    if t == 0:
+        out[row] = partial[0]
+
+
+@cuda.jit
+def zip_add_twice_a(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a[i] + a[i]
+
+
+@cuda.jit
+def pool3_wrapping_at_the_start(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i - 2] + x[i - 1] + x[i]  # index -1 is the last element, not 0
+
+
+@cuda.jit
+def dot_without_the_sum(a, b, out):
+    t = cuda.threadIdx.x
+    out[0] = a[t] * b[t]  # every thread writes its own product: the last one wins
+
+
+@cuda.jit
+def conv1d_unguarded(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        total = float32(0)
+        for j in range(b.size):
+            total += a[i + j] * b[j]
+        out[i] = total
+
+
+@cuda.jit
+def prefix_sum_one_round(x, out):
+    running = cuda.shared.array(PREFIX_THREADS, float32)
+    t = cuda.threadIdx.x
+    running[t] = x[t] if t < x.size else 0
+    cuda.syncthreads()
+    left = running[t - 1] if t >= 1 else float32(0)
+    cuda.syncthreads()
+    running[t] += left
+    if t < out.size:
+        out[t] = running[t]
+
+
+@cuda.jit
+def axis_sum_first_sixteen_columns(x, out):
+    partial = cuda.shared.array(AXIS_THREADS, float32)
+    row, t = cuda.blockIdx.x, cuda.threadIdx.x
+    partial[t] = x[row, t]
+    cuda.syncthreads()
+    if t == 0:
+        total = float32(0)
+        for k in range(AXIS_THREADS):
+            total += partial[k]
+        out[row] = total
+
+
 def test_the_reference_kernels_pass():
     assert "matches the spec on 100 elements" in check_map(add_ten)
     assert "13 × 9" in check_outer_add(outer_add)
     assert "5 blocks of 16 threads" in check_block_sum(block_sum)
     assert "(9 × 7) @ (7 × 5)" in check_tiled_matmul(tiled_matmul)
+    assert "100 pairs" in check_zip(zip_add)
+    assert "the first two windows are short" in check_pool(pool3)
+    assert "a · b on 32 elements in one block" in check_dot(dot)
+    assert "40 outputs of 4 taps" in check_conv1d(conv1d)
+    assert "running sum of 13 elements" in check_prefix_sum(prefix_sum)
+    assert "row sums of 5 × 20" in check_axis_sum(axis_sum)
 
 
 @pytest.mark.parametrize(
@@ -129,6 +287,24 @@ def test_the_reference_kernels_pass():
         (check_block_sum, block_sum_first_element_only, r"out\[0\] is 1, the spec says 59 \(sum of x\[0:16"),
         (check_tiled_matmul, tiled_matmul_whole_tiles_only, r"out\[0, 0\] is .*row 0 of a · column 0 of b"),
         (check_map, lambda x, out: None, "is not a CUDA kernel: decorate it with @cuda.jit"),
+        (
+            check_zip,
+            zip_add_twice_a,
+            r"out\[0\] is 0, the spec says 198 \(a\[0\] \+ b\[0\]\); 99 of 100 .* = a\[i\] \+ b\[i\]",
+        ),
+        (check_pool, pool3_wrapping_at_the_start, r"out\[0\] is \d+, the spec says 1 \(x\[0:1\] summed\)"),
+        (check_dot, dot_without_the_sum, r"out\[0\] is \d+, the spec says \d+ \(Σ a\[i\]·b\[i\]\)"),
+        (check_conv1d, conv1d_unguarded, r"conv1d_unguarded failed in thread .*past the end"),
+        (
+            check_prefix_sum,
+            prefix_sum_one_round,
+            r"out\[2\] is \d+, the spec says \d+ \(x\[0\] \+ … \+ x\[2\]\)",
+        ),
+        (
+            check_axis_sum,
+            axis_sum_first_sixteen_columns,
+            r"out\[0\] is \d+, the spec says \d+ \(the sum of row 0\)",
+        ),
     ],
 )
 def test_each_slip_is_named_where_it_goes_wrong(check, kernel, message):

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import waits_for_learner
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504: a scaled gradient above it is inf in fp16
 _OPTIONS = {"growth_factor": 2.0, "backoff_factor": 0.5}
@@ -55,6 +56,7 @@ def torch_scales(found_infs: Sequence[bool], growth_interval: int) -> list[float
     return scales
 
 
+@waits_for_learner
 def check_scale_update(update: Callable[..., Any], *, steps: int = 80) -> str:
     """Run ``update`` beside ``torch.amp.GradScaler`` over the same overflowing and clean steps.
 

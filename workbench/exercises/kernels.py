@@ -16,6 +16,17 @@ check              the kernel the learner writes                               l
                    elements, added up in shared memory
 `check_tiled_...`  ``tiled_matmul(a, b, out)``: ``out = a @ b`` through         (9 × 7) @ (7 × 5), 4 × 4 tiles
                    ``TILE × TILE`` tiles staged in shared memory
+`check_zip`        ``zip_add(a, b, out)``: ``out[i] = a[i] + b[i]``            100 elements, 4 blocks × 32
+`check_pool`       ``pool3(x, out)``: ``out[i] = x[i-2] + x[i-1] + x[i]``      50 elements, 2 blocks × 32
+                   (terms before the start count 0)
+`check_dot`        ``dot(a, b, out)``: ``out[0] = Σ a[i]·b[i]``, one block,    32 elements, 1 block × 32
+                   in shared memory
+`check_conv1d`     ``conv1d(a, b, out)``: ``out[i] = Σ_j a[i+j]·b[j]``         40 and 4 elements, 2 × 32
+                   (``a`` past its end counts 0)
+`check_prefix_sum` ``prefix_sum(x, out)``: ``out[i] = x[0] + … + x[i]``, one    13 elements, 1 block × 16
+                   block, in shared memory
+`check_axis_sum`   ``axis_sum(x, out)``: ``out[r]`` = the sum of row ``r``,     5 × 20, 5 blocks × 16
+                   one block per row, 16 threads for 20 columns
 =================  ==========================================================  ==============================
 
 Example (the simulator on a CPU machine):
@@ -41,15 +52,20 @@ from typing import Any
 import numpy as np
 
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import YourTurn, waits_for_learner
 from workbench.kernels._numba import load_cuda
 
 CANARY = -12345.0  # fills the region after a GPU output: any other value there was written past the end
 BLOCK_SUM_THREADS = 16  # threads per block of `check_block_sum` (the kernel's shared array has this size)
 MATMUL_TILE = 4  # tile of `check_tiled_matmul`: blocks of TILE × TILE threads, tiles of TILE × TILE floats
+DOT_THREADS = 32  # `check_dot`: one block of this many threads, one element each
+PREFIX_THREADS = 16  # `check_prefix_sum`: one block of this many threads for 13 elements
+AXIS_THREADS = 16  # `check_axis_sum`: threads per block, one block per row of 20
 
 _GUARD_HINT = "the grid has more threads than elements: return (or skip) when the index is past the end"
 
 
+@waits_for_learner
 def check_map(kernel: Callable[..., Any]) -> str:
     """``add_ten(x, out)``: every thread ``i = cuda.grid(1)`` writes ``out[i] = x[i] + 10``."""
     x = np.arange(100, dtype=np.float32) * 3 - 50
@@ -58,6 +74,7 @@ def check_map(kernel: Callable[..., Any]) -> str:
     return f"{_name(kernel)} matches the spec on 100 elements (128 threads: the guard works)"
 
 
+@waits_for_learner
 def check_outer_add(kernel: Callable[..., Any]) -> str:
     """``outer_add(a, b, out)``: a 2-D grid, ``i, j = cuda.grid(2)``, ``out[i, j] = a[i] + b[j]``."""
     a, b = np.arange(13, dtype=np.float32) * 10, np.arange(9, dtype=np.float32)
@@ -67,6 +84,7 @@ def check_outer_add(kernel: Callable[..., Any]) -> str:
     return f"{_name(kernel)} matches the spec on 13 × 9 (a 16 × 16 grid of threads)"
 
 
+@waits_for_learner
 def check_block_sum(kernel: Callable[..., Any]) -> str:
     """``block_sum(x, out)``: block ``b`` sums ``x[b*16 : (b+1)*16]`` (past the end counts 0) into ``out[b]``.
 
@@ -86,6 +104,7 @@ def check_block_sum(kernel: Callable[..., Any]) -> str:
     return f"{_name(kernel)} matches the spec: {blocks}, the last one partly past the end"
 
 
+@waits_for_learner
 def check_tiled_matmul(kernel: Callable[..., Any]) -> str:
     """``tiled_matmul(a, b, out)``: ``out = a @ b``, each block computing a `MATMUL_TILE` square of ``out``
     through tiles of ``a`` and ``b`` staged in shared memory (zeros past the edges)."""
@@ -102,6 +121,85 @@ def check_tiled_matmul(kernel: Callable[..., Any]) -> str:
     )
     _compare(kernel, out, a @ b, lambda i: f"row {i[0]} of a · column {i[1]} of b", hint, tolerance=1e-4)
     return f"{_name(kernel)} matches a @ b on (9 × 7) @ (7 × 5) with {tile} × {tile} tiles (edges included)"
+
+
+@waits_for_learner
+def check_zip(kernel: Callable[..., Any]) -> str:
+    """``zip_add(a, b, out)``: ``out[i] = a[i] + b[i]``, one thread per element."""
+    a, b = np.arange(100, dtype=np.float32), np.arange(100, dtype=np.float32)[::-1] * 2
+    out = _launch(kernel, (4,), (32,), [a, np.ascontiguousarray(b)], (100,))
+    hint = f"out[i] = a[i] + b[i], the same i in both; {_GUARD_HINT}"
+    _compare(kernel, out, a + b, lambda i: f"a[{i[0]}] + b[{i[0]}]", hint)
+    return f"{_name(kernel)} matches the spec on 100 pairs (128 threads)"
+
+
+@waits_for_learner
+def check_pool(kernel: Callable[..., Any]) -> str:
+    """``pool3(x, out)``: ``out[i]`` = the sum of ``x[i-2], x[i-1], x[i]`` (before the start counts 0)."""
+    x = np.arange(50, dtype=np.float32) % 9 + 1
+    out = _launch(kernel, (2,), (32,), [x], (50,))
+    want = np.array([x[max(0, i - 2) : i + 1].sum() for i in range(50)], dtype=np.float32)
+    hint = "sum x[i - 2], x[i - 1] and x[i], skipping the indices below 0; guard i against out.size"
+    _compare(kernel, out, want, lambda i: f"x[{max(0, i[0] - 2)}:{i[0] + 1}] summed", hint)
+    return f"{_name(kernel)} matches the spec on 50 elements (the first two windows are short)"
+
+
+@waits_for_learner
+def check_dot(kernel: Callable[..., Any]) -> str:
+    """``dot(a, b, out)``: one block of `DOT_THREADS`; ``out[0] = Σ a[i]·b[i]``, the products summed in shared
+    memory (each thread stores its product, then a tree of halving strides, or thread 0 adds them)."""
+    a = np.arange(DOT_THREADS, dtype=np.float32) % 5
+    b = np.arange(DOT_THREADS, dtype=np.float32) % 3 + 1  # small integers: exact in any order
+    out = _launch(kernel, (1,), (DOT_THREADS,), [a, b], (1,))
+    hint = (
+        "each thread stores a[i] * b[i] in a shared array of DOT_THREADS floats, cuda.syncthreads(), then "
+        "the products are added up (halving strides with a cuda.syncthreads() per round) and thread 0 writes"
+    )
+    _compare(kernel, out, np.array([a @ b], dtype=np.float32), lambda i: "Σ a[i]·b[i]", hint)
+    return f"{_name(kernel)} matches a · b on {DOT_THREADS} elements in one block"
+
+
+@waits_for_learner
+def check_conv1d(kernel: Callable[..., Any]) -> str:
+    """``conv1d(a, b, out)``: ``out[i] = Σ_j a[i + j]·b[j]`` over the 4 taps of ``b``; ``a`` past its end
+    counts 0 (what deep-learning libraries call a convolution is this correlation)."""
+    a = np.arange(40, dtype=np.float32) % 7
+    b = np.array([1, 2, -1, 3], dtype=np.float32)
+    out = _launch(kernel, (2,), (32,), [a, b], (40,))
+    padded = np.concatenate([a, np.zeros(3, dtype=np.float32)])
+    want = np.array([padded[i : i + 4] @ b for i in range(40)], dtype=np.float32)
+    hint = "loop j over b.size: add a[i + j] * b[j] only while i + j < a.size; guard i against out.size"
+    _compare(kernel, out, want, lambda i: f"Σ_j a[{i[0]} + j]·b[j]", hint)
+    return f"{_name(kernel)} matches the spec: 40 outputs of 4 taps, the last 3 running past a's end"
+
+
+@waits_for_learner
+def check_prefix_sum(kernel: Callable[..., Any]) -> str:
+    """``prefix_sum(x, out)``: one block of `PREFIX_THREADS`; ``out[i] = x[0] + … + x[i]`` for the 13
+    elements, scanned in shared memory (Hillis–Steele: for stride 1, 2, 4, 8 each thread adds the value
+    `stride` to its left, reading before anyone writes)."""
+    x = np.arange(13, dtype=np.float32) % 4 + 1
+    out = _launch(kernel, (1,), (PREFIX_THREADS,), [x], (13,))
+    hint = (
+        "load x (0 past the end) into shared memory; for stride 1, 2, 4, 8: read the value stride to the "
+        "left into a local, cuda.syncthreads(), add it, cuda.syncthreads(); then write the first 13"
+    )
+    _compare(kernel, out, np.cumsum(x), lambda i: f"x[0] + … + x[{i[0]}]", hint)
+    return f"{_name(kernel)} matches the running sum of 13 elements in one block of {PREFIX_THREADS}"
+
+
+@waits_for_learner
+def check_axis_sum(kernel: Callable[..., Any]) -> str:
+    """``axis_sum(x, out)``: block ``r`` sums row ``r`` of the 5 × 20 ``x`` into ``out[r]`` with
+    `AXIS_THREADS` threads: each adds every 16th element of the row from its own, then the block adds up."""
+    x = (np.arange(100, dtype=np.float32) % 6).reshape(5, 20)
+    out = _launch(kernel, (5,), (AXIS_THREADS,), [x], (5,))
+    hint = (
+        "row r = cuda.blockIdx.x; thread t adds x[r, t], x[r, t + 16], … (20 columns, 16 threads) into a "
+        "shared array, cuda.syncthreads(), the block adds those up, thread 0 writes out[r]"
+    )
+    _compare(kernel, out, x.sum(axis=1), lambda i: f"the sum of row {i[0]}", hint)
+    return f"{_name(kernel)} matches the row sums of 5 × 20 with {AXIS_THREADS} threads per row"
 
 
 def _launch(
@@ -124,6 +222,8 @@ def _launch(
     try:
         kernel[grid, block](*device_inputs, device_room[:size].reshape(shape))
         cuda.synchronize()
+    except YourTurn:  # a stub of the learner's: "not attempted yet", not a mismatch
+        raise
     except Exception as error:  # the simulator names the thread; a GPU compile error names the line
         raise ExerciseMismatch(_describe_failure(name, error)) from None
     room = device_room.copy_to_host()

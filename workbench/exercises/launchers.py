@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import YourTurn, waits_for_learner
 from workbench.parallel.group.launch_env import detect_launch_env
 
 _HINT = (
@@ -111,6 +112,7 @@ def launcher_cases() -> list[LauncherCase]:
     ]
 
 
+@waits_for_learner
 def check_launcher_place(place: Callable[[Mapping[str, str]], Any]) -> str:
     """Run ``place(env)`` on every launcher's environment; raise `ExerciseMismatch` at the first wrong one."""
     name = getattr(place, "__name__", "place")
@@ -120,6 +122,8 @@ def check_launcher_place(place: Callable[[Mapping[str, str]], Any]) -> str:
         want = (found.rank, found.world_size, found.local_rank)
         try:
             got = place(dict(case.env))
+        except YourTurn:  # a stub of the learner's: "not attempted yet", not a mismatch
+            raise
         except Exception as error:  # the learner's code: say where it broke, in their terms
             raise ExerciseMismatch(
                 f"{name} raised {type(error).__name__}: {error} on {case.name}'s variables ({case.how}): "

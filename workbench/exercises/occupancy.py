@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import YourTurn, waits_for_learner
 from workbench.kernels.static import LIMITS, SmLimits, occupancy
 
 H100 = LIMITS["sm_90"]
@@ -65,6 +66,7 @@ _SLIPS = {
 }
 
 
+@waits_for_learner
 def check_blocks_per_sm(blocks_per_sm: Callable[[int, int, int], int], limits: SmLimits = H100) -> str:
     """Run ``blocks_per_sm(registers, threads, shared_bytes)`` on `CASES`; raise `ExerciseMismatch` at the
     first kernel where it differs from `workbench.kernels.static.occupancy` for `limits` (the H100)."""
@@ -75,6 +77,8 @@ def check_blocks_per_sm(blocks_per_sm: Callable[[int, int, int], int], limits: S
         kernel = f"{case.registers} registers × {case.threads} threads, {case.shared_bytes:,} bytes shared"
         try:
             got = blocks_per_sm(case.registers, case.threads, case.shared_bytes)
+        except YourTurn:  # a stub of the learner's: "not attempted yet", not a mismatch
+            raise
         except Exception as error:  # the learner's code: say where it broke, in their terms
             raise ExerciseMismatch(
                 f"{call} raised {type(error).__name__}: {error} ({kernel}; {case.decides} decides). "

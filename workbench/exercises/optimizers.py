@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import waits_for_learner
 
 Step = Callable[..., Any]
 
@@ -84,6 +85,7 @@ OPTIMIZER_CHECKS: dict[str, OptimizerCheck] = {
 }
 
 
+@waits_for_learner
 def check_optimizer_step(step: Step, optimizer: str, *, steps: int = 30, tolerance: float = 1e-5) -> str:
     """Run ``step`` beside the torch optimizer named ``optimizer`` and say whether they agree.
 

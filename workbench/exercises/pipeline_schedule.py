@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import waits_for_learner
 
 Op = tuple[str, int]
 Schedule = Sequence[Sequence[Op]]
@@ -111,6 +112,7 @@ def _peak(stage: Sequence[Op]) -> int:
     return peak
 
 
+@waits_for_learner
 def check_schedules(
     gpipe: Callable[[int, int], Schedule], one_f_one_b: Callable[[int, int], Schedule]
 ) -> str:

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import waits_for_learner
 
 _HINT = (
     "cut t into world_size chunks (t.chunk); reduce-scatter: N−1 steps of sending chunk (rank − step) % N to "
@@ -31,6 +32,7 @@ _HINT = (
 _COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast", "all_to_all")
 
 
+@waits_for_learner
 def check_ring_all_reduce(ring_all_reduce: Callable[[torch.Tensor], Any], chunk: int = 25) -> str:
     """Run on every rank: ``ring_all_reduce(t)`` on a tensor of ``chunk × world_size`` floats seeded by rank,
     against the sum over the ranks; this rank must send exactly 2(N−1)/N of the tensor's bytes."""

@@ -81,7 +81,10 @@ def planted_trainer(
 
 
 def check_slowest_phase(answer: object, trainer: Trainer, medians: dict[str, float]) -> str:
-    """`answer` must be the phase with the largest median (ms per step) in `medians`."""
+    """`answer` must be the phase with the largest median (ms per step) in `medians`; ``...`` (the stub)
+    is "not attempted yet"."""
+    if answer is Ellipsis:
+        return f"not attempted yet: set slowest to one of {', '.join(PHASES)} above, then run this cell again"
     if answer not in PHASES:
         raise ExerciseMismatch(f"answer {answer!r} is not a phase; the phases are {', '.join(PHASES)}")
     slowest = max(PHASES, key=lambda phase: medians[phase])

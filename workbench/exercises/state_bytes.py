@@ -25,6 +25,7 @@ import torch
 from workbench import models
 from workbench.estimate import estimate_memory
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import waits_for_learner
 
 _SETTINGS = (("sgd", 0.0), ("sgd", 0.9), ("adam", 0.0), ("adamw", 0.0))
 
@@ -42,6 +43,7 @@ def _models() -> list[tuple[str, torch.nn.Module, torch.Tensor]]:
     ]
 
 
+@waits_for_learner
 def check_state_bytes(state_bytes: Callable[[torch.nn.Module, str, float], float]) -> str:
     """The learner's count against the Estimator's params + grads + optimizer_state, model by model."""
     name = getattr(state_bytes, "__name__", "state_bytes")

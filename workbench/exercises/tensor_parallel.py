@@ -31,6 +31,7 @@ import torch
 from torch.nn import functional
 
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import waits_for_learner
 
 TOLERANCE = 1e-5
 _HINT = (
@@ -46,6 +47,7 @@ def split_mlp(
     return list(w1.chunk(ranks, 0)), list(b1.chunk(ranks, 0)), list(w2.chunk(ranks, 1))
 
 
+@waits_for_learner
 def check_tensor_parallel_mlp(tp_mlp: Callable[..., Any]) -> str:
     """Run ``tp_mlp`` on 1, 2 and 4 ranks' shards of a seeded MLP (8 → 16 → 4, batch 5) against the whole."""
     name = getattr(tp_mlp, "__name__", "tp_mlp")

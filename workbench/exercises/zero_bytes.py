@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from workbench.exercises.mismatch import ExerciseMismatch
+from workbench.exercises.waiting import waits_for_learner
 
 _PARTS = {  # stage → (parameters, gradients, moments), each a multiple of P / N ("/N") or of P
     0: ((1, ""), (1, ""), (2, "")),
@@ -41,6 +42,7 @@ def reference_bytes(P: float, N: int, stage: int) -> float:
     return sum(k * P / (N if per == "/N" else 1) for k, per in _PARTS[stage])
 
 
+@waits_for_learner
 def check_zero_bytes(bytes_between_steps: Callable[[float, int, int], float]) -> str:
     """Run the learner's function for P in (1e6, 4096), N in (2, 4, 8), stages 0–3 against the count."""
     name = getattr(bytes_between_steps, "__name__", "bytes_between_steps")
