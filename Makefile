@@ -2,7 +2,7 @@
 #   make lab    set up .venv, install the `workbench` kernelspec, open the tutorials in JupyterLab
 #   make test   set up .venv from the lock file and run every test and notebook (ruff, import layers,
 #               pytest, nbval, the built wheel in a venv of its own)
-#   (also: make install, lint, clean, lock, test-lowest, screenshots: the README's tour pictures, and
+#   (also: make install, lint, clean, lock, test-lowest, screenshots: the tour pictures (README, docs/tour.md), and
 #   gpu-wheels / gpu-check: the offline GPU check, below)
 #
 # make test installs exactly requirements/lock.txt (hashed); make lab resolves the project's ranges as a
@@ -84,7 +84,7 @@ test: $(LOCKED_STAMP) system
 
 install: $(STAMP)
 
-# The README's tour pictures: the browser test runs the notebooks and crops their dashboards.
+# The tour pictures (README, docs/tour.md): the browser test runs the notebooks and crops their dashboards.
 TOUR := 02_optimizers_dashboard.png 03_data_parallel_dashboard.png 04_model_parallel_dashboard.png
 screenshots: $(STAMP) system
 	$(BIN)/python -m pytest tests/browser -k "02_optimizers or 03_data_parallel or 04_model_parallel"
@@ -159,7 +159,7 @@ gpu-check:
 # one apt-get call. Chromium: the Playwright browser tests (never `playwright install`: no downloads at test
 # time). Open MPI: the tests under a real `mpirun` (torch's wheel has no MPI backend: the ranks read Open
 # MPI's variables and talk through gloo). Java 17+: Spark's JVM. Slurm and munge: the tests that start a
-# one-node Slurm cluster (srun, the README's sbatch script).
+# one-node Slurm cluster (srun, the sbatch script of docs/scaling-out.md).
 SYSTEM := $(CHROMIUM):chromium $(MPIRUN):openmpi-bin $(JAVA):openjdk-17-jre-headless $(SLURMD):slurm-wlm,munge
 
 system:

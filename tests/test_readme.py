@@ -1,6 +1,7 @@
-"""The README's promises run as written: its "Your own model and data" section (with "Widgets in your own
-loop") is executed as one script, in a fresh interpreter of the venv the built wheel was installed into
-(tests/installed_wheel.py), exactly as a user would paste it."""
+"""The README's promises run as written: its "Your own model and data" example and the page that continues it
+(docs/your-own-model-and-data.md, with "Widgets in your own loop") are executed as one script, in a fresh
+interpreter of the venv the built wheel was installed into (tests/installed_wheel.py), exactly as a user
+would paste them; the README stays short (≤ 200 lines) and its links lead to files that exist."""
 
 from __future__ import annotations
 
@@ -19,8 +20,23 @@ def _section(title: str) -> str:
     return text[start:end]
 
 
+def test_the_readme_is_short_and_its_links_and_the_docs_links_lead_somewhere():
+    assert len((REPO / "README.md").read_text().splitlines()) <= 200
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    links = [
+        (page, link)
+        for page in pages
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text())  # relative links only
+    ]
+    assert len(links) >= 15
+    broken = [f"{page.name}: {link}" for page, link in links if not (page.parent / link).exists()]
+    assert broken == []
+
+
 def test_the_your_own_model_and_data_section_runs_as_written(tmp_path, installed_wheel):
     blocks = re.findall(r"```python\n(.*?)```", _section("Your own model and data"), flags=re.S)
+    further = (REPO / "docs" / "your-own-model-and-data.md").read_text()
+    blocks += re.findall(r"```python\n(.*?)```", further, flags=re.S)
     assert len(blocks) == 4, "the section's examples changed: update this test"
     script = tmp_path / "readme_example.py"
     # Under `if __name__ == "__main__"` as a script would be (launch forks; nothing re-imports the script)
@@ -72,13 +88,13 @@ def _get_json(url: str, body: dict | None = None, timeout_s: float = 120.0):
 
 
 def test_the_compare_and_share_commands_open_a_run_trained_with_both_loggers(tmp_path):
-    """`workbench train --log tensorboard --log mlflow`, then the README's two commands as written (plus a
-    free --port): each tool's web API lists the run."""
+    """`workbench train --log tensorboard --log mlflow`, then docs/training.md's two commands as written
+    (plus a free --port): each tool's web API lists the run."""
     import shlex
 
-    text = (REPO / "README.md").read_text()
-    start = text.index("### Compare and share runs\n")
-    section = text[start : text.index("\n### ", start + 1)]
+    text = (REPO / "docs" / "training.md").read_text()
+    start = text.index("## Compare and share runs\n")
+    section = text[start : text.index("\n## ", start + 1)]
     [block] = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     commands = [shlex.split(line) for line in block.strip().splitlines()]
     assert [Path(c[0]).name for c in commands] == ["tensorboard", "mlflow"], block

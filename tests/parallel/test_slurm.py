@@ -1,5 +1,5 @@
 """Slurm for real: a one-node cluster on 127.0.0.1 (Debian's slurm-wlm and munge; `make test` installs them)
-started and stopped by a fixture, running `srun -n 2` and the README's sbatch script."""
+started and stopped by a fixture, running `srun -n 2` and the sbatch script of docs/scaling-out.md."""
 
 import os
 import re
@@ -16,7 +16,7 @@ import pytest
 from workbench.train import read_metrics
 
 HERE = Path(__file__).parent
-README = HERE.parent.parent / "README.md"
+SCALING_OUT = HERE.parent.parent / "docs" / "scaling-out.md"
 DAEMONS = ("slurmctld", "slurmd", "munged")
 
 
@@ -125,8 +125,9 @@ def test_srun_with_two_tasks_trains_to_the_parameters_of_one_process(slurm, tmp_
 
 
 def test_the_readme_sbatch_script_runs_as_written(slurm, tmp_path):
-    script = re.search(r"```bash\n(#!/bin/bash\n#SBATCH --ntasks=2\n.*?)```", README.read_text(), re.DOTALL)
-    assert script, "the README's one-rank-per-task sbatch script"
+    page = SCALING_OUT.read_text()
+    script = re.search(r"```bash\n(#!/bin/bash\n#SBATCH --ntasks=2\n.*?)```", page, re.DOTALL)
+    assert script, "docs/scaling-out.md's one-rank-per-task sbatch script"
     (tmp_path / "job.sh").write_text(script.group(1))
     submitted = subprocess.run(
         ["sbatch", "--output", "job.out", "job.sh"], cwd=tmp_path, env=slurm, capture_output=True, text=True
