@@ -15,11 +15,15 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def html_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, caption: str = "") -> str:
-    """The same table as HTML, escaped, for ``_repr_html_`` in notebooks."""
-    head = "".join(f"<th style='text-align:left'>{html.escape(str(h))}</th>" for h in headers)
+def html_table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], *, caption: str = "", cell_style: str = ""
+) -> str:
+    """The same table as HTML, escaped, for ``_repr_html_`` in notebooks; `cell_style` is CSS added to every
+    header and cell (``padding: 2px 12px 2px 0`` spaces the columns out where the page does not)."""
+    style = "text-align:left" + (f";{cell_style}" if cell_style else "")
+    head = "".join(f"<th style='{style}'>{html.escape(str(h))}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+        "<tr>" + "".join(f"<td style='{style}'>{html.escape(str(c))}</td>" for c in row) + "</tr>"
         for row in rows
     )
     cap = f"<caption style='text-align:left'><b>{html.escape(caption)}</b></caption>" if caption else ""

@@ -15,6 +15,7 @@ The lab, the browser and Run All live in ``jupyterlab.py``.
 from __future__ import annotations
 
 import ast
+import itertools
 import time
 from pathlib import Path
 
@@ -72,6 +73,10 @@ def _check_exercises_wait(page, notebook: str) -> None:
 
     cells = nbformat.read(REPO / "notebooks" / notebook, as_version=4).cells
     answers = sum(cell.source.startswith("%%answer") for cell in cells)
+    stubbed = sum(  # "your turn" exercises: a stub cell, then the answer (an Exercises item has no stub)
+        cell.source.startswith("%%answer") and before.cell_type == "code" and "%%answer" not in before.source
+        for before, cell in itertools.pairwise(cells)
+    )
     waits = sum(cell.source.startswith("%%when_written") for cell in cells)
     outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
     unrun = sum("One answer, not run" in text for text in outputs)
@@ -79,7 +84,7 @@ def _check_exercises_wait(page, notebook: str) -> None:
     not_attempted = sum("not attempted yet: " in text for text in outputs)
     said = f"{unrun} of {answers} answers unrun, {waiting} of {waits} cells waiting"
     assert (unrun, waiting) == (answers, waits), said
-    assert not_attempted + waiting >= answers, f"{not_attempted} 'not attempted yet' for {answers} exercises"
+    assert not_attempted + waiting >= stubbed, f"{not_attempted} 'not attempted yet' for {stubbed} exercises"
 
 
 def _check_optimizers(page) -> None:
@@ -93,7 +98,17 @@ def _check_optimizers(page) -> None:
         "plot => Object.fromEntries(plot.data.filter(t => t.meta !== 'raw').map(t => [t.name, t.x.length]))"
     )
     assert in_page == expected, f"runs browser in the page {in_page} != the kernel's {expected}"
-    assert "lr=0.5" in browser.locator("table").first.inner_text()  # the runs table
+    table = browser.locator("table").first
+    assert "lr=0.5" in table.inner_text()  # the runs table
+    # the table fits: its columns spaced, one line per cell, inside the widget (scrolling, if ever wider)
+    padding, wrapping = table.evaluate(
+        "t => [parseFloat(getComputedStyle(t.querySelector('td')).paddingRight),"
+        " Array.from(t.querySelectorAll('td'))"
+        ".filter(d => getComputedStyle(d).whiteSpace !== 'nowrap').length]"
+    )
+    assert padding >= 10 and wrapping == 0, f"runs table: {padding}px between columns, {wrapping} cells wrap"
+    box, widget = table.locator("xpath=..").bounding_box(), browser.bounding_box()
+    assert box["x"] + box["width"] <= widget["x"] + widget["width"] + 1, (box, widget)
 
 
 def _check_data_parallel(page) -> None:

@@ -17,6 +17,7 @@ from workbench.exercises import (
     check_outer_add,
     check_pool,
     check_prefix_sum,
+    check_recall_metric,
     check_scale_update,
     check_tensor_parallel_mlp,
     check_tiled_matmul,
@@ -61,6 +62,7 @@ CHECKS = [
     (check_scale_update, (stub,)),
     (check_state_bytes, (stub,)),
     (check_launcher_place, (stub,)),
+    (check_recall_metric, (type("Recall", (), {"sums": stub, "compute": stub})(), 2)),
 ]
 
 

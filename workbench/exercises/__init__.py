@@ -20,6 +20,7 @@ from workbench.exercises.kernels import (
     check_zip,
 )
 from workbench.exercises.launchers import check_launcher_place, launcher_cases
+from workbench.exercises.metric_sums import check_recall_metric
 from workbench.exercises.mismatch import ExerciseMismatch
 from workbench.exercises.occupancy import check_blocks_per_sm
 from workbench.exercises.optimizers import (
@@ -49,6 +50,7 @@ __all__ = [
     "check_outer_add",
     "check_pool",
     "check_prefix_sum",
+    "check_recall_metric",
     "check_scale_update",
     "check_tensor_parallel_mlp",
     "check_tiled_matmul",

@@ -40,10 +40,16 @@ def your_turn() -> NoReturn:
 
 
 def is_stub(value: Any) -> bool:
-    """Whether `value` is a function (or a numba kernel) whose body still calls `your_turn`."""
+    """Whether `value` is a function (or a numba kernel) whose body still calls `your_turn`, or a class (or
+    an instance of one) with such a method."""
     function = getattr(value, "py_func", value)  # a numba kernel keeps the Python function it compiles
     code = getattr(function, "__code__", None)
-    return code is not None and "your_turn" in code.co_names
+    if code is not None:
+        return "your_turn" in code.co_names
+    kind = value if isinstance(value, type) else type(value)
+    if kind.__module__ == "builtins":
+        return False
+    return any(is_stub(member) for member in vars(kind).values() if hasattr(member, "__code__"))
 
 
 def stub_names(values: Iterable[Any]) -> list[str]:
@@ -55,7 +61,7 @@ def stub_names(values: Iterable[Any]) -> list[str]:
         )
         for candidate in (value, *inner):
             if is_stub(candidate):
-                found.append(getattr(candidate, "__name__", "your function"))
+                found.append(getattr(candidate, "__name__", type(candidate).__name__))
     return list(dict.fromkeys(found))
 
 

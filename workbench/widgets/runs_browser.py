@@ -252,7 +252,8 @@ class RunsBrowser:
         if not self.runs:
             self.table.value = f"<i>no runs in {html.escape(str(self.runs_dir))} yet</i>"
             return
-        self.table.value = html_table(RUN_COLUMNS, [run.row() for run in self._sorted()])
+        rows = [run.row() for run in self._sorted()]
+        self.table.value = _fitted(html_table(RUN_COLUMNS, rows, cell_style=CELL))
 
     def _draw(self) -> None:
         by_name = {run.name: run for run in self.runs}
@@ -303,6 +304,14 @@ class RunsBrowser:
             self.diff_view.value = "<b>settings</b>: the same"
             return
         rows = [[name, *(json.dumps(value) for value in values)] for name, values in differ.items()]
-        self.diff_view.value = "<b>what differs</b>" + html_table(
-            ["setting", *(r.name for r in chosen)], rows
-        )
+        table = html_table(["setting", *(r.name for r in chosen)], rows, cell_style=CELL)
+        self.diff_view.value = "<b>what differs</b>" + _fitted(table)
+
+
+# Room between the columns (an ipywidgets HTML cell has no padding of its own), one line per cell; a table
+# wider than the notebook's column scrolls inside its box instead of pushing the widget wider.
+CELL = "padding:2px 14px 2px 0;white-space:nowrap;font-variant-numeric:tabular-nums"
+
+
+def _fitted(table: str) -> str:
+    return f"<div style='overflow-x:auto;max-width:100%'>{table}</div>"
