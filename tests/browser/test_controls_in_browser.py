@@ -15,6 +15,8 @@ Screenshots go to ``artifacts/browser/``.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 
 import nbformat
@@ -139,6 +141,35 @@ def _loss_axis_type(page) -> str | None:
     )
 
 
+# The status line's step and the last step the loss plot drew, read in one go in the page.
+STATUS_AND_PLOTTED_JS = """() => {
+    const dashboard = document.querySelector('.workbench-dashboard');
+    const status = dashboard.querySelector('.workbench-status').innerText.match(/step (\\d+)\\//);
+    const plot = dashboard.querySelector('.js-plotly-plot');
+    const losses = (plot && plot.data ? plot.data : []).filter(  // the training loss: "<run> train"
+        t => t.meta !== 'raw' && /(^| )train$/.test(t.name || ''));
+    const plotted = Math.max(-1, ...losses.map(t => t.x && t.x.length ? Number(t.x[t.x.length - 1]) : -1));
+    return [status ? Number(status[1]) : -1, plotted, performance.now()];
+}"""
+
+
+def _plot_lag(page) -> tuple[float, float]:
+    """Over 4 s of training beside a process that keeps a core busy: the most steps the loss plot was behind
+    the status line, and the steps the status advanced per second."""
+    samples = []
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        for _ in range(9):
+            samples.append(page.evaluate(STATUS_AND_PLOTTED_JS))
+            time.sleep(0.5)
+    finally:
+        hog.kill()
+        hog.wait()
+    behind = max(status - plotted for status, plotted, _ in samples)
+    (first, _, t0), (last, _, t1) = samples[0], samples[-1]
+    return behind, (last - first) / ((t1 - t0) / 1000)
+
+
 def _prompt_of_cell(page, index: int) -> str:
     return page.locator(".jp-CodeCell .jp-InputArea-prompt").nth(index).inner_text().strip()
 
@@ -181,6 +212,10 @@ def _drive_the_controls(page, dashboard, job: str) -> None:
         dashboard.locator("button", has_text="Resume").click()
         _until(lambda held=held_at: _step(dashboard) > held + 5, "training resumes", timeout=20)
         assert "running" in _status(dashboard)
+        if cycle == 0:  # the plot keeps up with the status line under load: at most a second behind
+            behind, per_s = _plot_lag(page)
+            print(f"{job}: the loss plot at most {behind:.0f} steps behind the status ({per_s:.0f} steps/s)")
+            assert per_s > 0 and behind <= per_s * 1.0, f"{behind:.0f} steps behind at {per_s:.0f} steps/s"
         if cycle == 0:  # a profiler trace of the next steps, on every rank, said where below the buttons
             dashboard.locator("button", has_text="Profile").click()
             _until(
