@@ -94,7 +94,8 @@ def test_the_compare_and_share_commands_open_a_run_trained_with_both_loggers(tmp
 
     text = (REPO / "docs" / "training.md").read_text()
     start = text.index("## Compare and share runs\n")
-    section = text[start : text.index("\n## ", start + 1)]
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end >= 0 else len(text)]
     [block] = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     commands = [shlex.split(line) for line in block.strip().splitlines()]
     assert [Path(c[0]).name for c in commands] == ["tensorboard", "mlflow"], block

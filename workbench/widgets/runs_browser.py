@@ -109,14 +109,14 @@ class RunsBrowser:
         self._logs: dict[Path, tuple[tuple[int, int], Events]] = {}  # run dir → (log mtime+size, events)
         self.sort = widgets.Dropdown(options=list(_SORT_KEYS), value="started", description="sort by")
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh")
-        self.table = widgets.HTML()
+        self.table = widgets.HTML(layout=_SCROLLS)
         self.chooser = widgets.SelectMultiple(options=[], description="runs", rows=6)
         self.metric = widgets.Dropdown(options=[metric], value=metric, description="metric")
         self.x_axis = widgets.ToggleButtons(options=["step", "time"], value="step", description="x")
         self.smoothing = widgets.FloatSlider(
             value=smoothing, min=0.0, max=0.99, step=0.01, description="smoothing", continuous_update=False
         )
-        self.diff_view = widgets.HTML()
+        self.diff_view = widgets.HTML(layout=_SCROLLS)
         self.figure = FigureWidget(
             layout={
                 "height": 380,
@@ -253,7 +253,7 @@ class RunsBrowser:
             self.table.value = f"<i>no runs in {html.escape(str(self.runs_dir))} yet</i>"
             return
         rows = [run.row() for run in self._sorted()]
-        self.table.value = _fitted(html_table(RUN_COLUMNS, rows, cell_style=CELL))
+        self.table.value = html_table(RUN_COLUMNS, rows, cell_style=CELL)
 
     def _draw(self) -> None:
         by_name = {run.name: run for run in self.runs}
@@ -305,13 +305,10 @@ class RunsBrowser:
             return
         rows = [[name, *(json.dumps(value) for value in values)] for name, values in differ.items()]
         table = html_table(["setting", *(r.name for r in chosen)], rows, cell_style=CELL)
-        self.diff_view.value = "<b>what differs</b>" + _fitted(table)
+        self.diff_view.value = "<b>what differs</b>" + table
 
 
 # Room between the columns (an ipywidgets HTML cell has no padding of its own), one line per cell; a table
-# wider than the notebook's column scrolls inside its box instead of pushing the widget wider.
+# wider than the notebook's column scrolls inside its widget instead of pushing the browser wider.
 CELL = "padding:2px 14px 2px 0;white-space:nowrap;font-variant-numeric:tabular-nums"
-
-
-def _fitted(table: str) -> str:
-    return f"<div style='overflow-x:auto;max-width:100%'>{table}</div>"
+_SCROLLS = {"max_width": "100%", "overflow_x": "auto"}
