@@ -22,16 +22,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from IPython.core.error import UsageError  # IPython shows it in one line, as for %ranks
 from IPython.core.magic import Magics, cell_magic, magics_class
 
+from workbench._one_line import OneLine
 from workbench.exercises.waiting import ANSWERS_ENV, stub_names
 
 
-class CellFailed(Exception):
+class CellFailed(OneLine, Exception):
     """The cell run by ``%%answer``/``%%when_written`` raised (its traceback is above); one line."""
-
-    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a second traceback
-        return [str(self)]
 
 
 @magics_class
@@ -76,13 +75,6 @@ class ExerciseMagics(Magics):
         result = self.shell.run_cell(cell, store_history=False)
         if not result.success:
             raise CellFailed(f"{magic}: the cell raised (above)")
-
-
-class UsageError(Exception):
-    """A magic given arguments it does not take; one line."""
-
-    def _render_traceback_(self) -> list[str]:
-        return [str(self)]
 
 
 def load_ipython_extension(shell: Any) -> None:

@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator
 from os import PathLike
 from typing import Any
 
+from workbench._one_line import OneLine
 from workbench.train.strategy import SingleDevice
 
 
-class TrainingInterrupted(KeyboardInterrupt):
+class TrainingInterrupted(OneLine, KeyboardInterrupt):
     """Training stopped by an interrupt. ``str(error)`` is one line; ``step`` and ``checkpoint`` say where it
     stopped and what was saved (None: nothing), ``result`` is the fit's result when it stopped cleanly."""
 
@@ -28,9 +29,6 @@ class TrainingInterrupted(KeyboardInterrupt):
     ) -> None:
         super().__init__(message)
         self.step, self.checkpoint, self.result = step, checkpoint, result
-
-    def _render_traceback_(self) -> list[str]:  # IPython: this line instead of a traceback
-        return [str(self)]
 
     @classmethod
     def of(cls, job: Any, line: str, result: Any = None) -> TrainingInterrupted:

@@ -35,6 +35,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
+from workbench._one_line import OneLine
 from workbench.parallel.launching.rank_messages import CellRun, RankCell
 from workbench.parallel.launching.rank_pool import PoolError, RankPool
 
@@ -42,18 +43,12 @@ _LIVE_EVERY_S = 0.3  # the live view redraws at most this often
 _COLLAPSE_BEYOND = 4  # with more ranks, each rank's block starts collapsed
 
 
-class RanksFailed(Exception):
+class RanksFailed(OneLine, Exception):
     """A ``%%ranks`` cell raised on some ranks (their tracebacks are in the cell's output); one line."""
 
-    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
-        return [str(self)]
 
-
-class RanksInterrupted(KeyboardInterrupt):
+class RanksInterrupted(OneLine, KeyboardInterrupt):
     """The stop button interrupted a ``%%ranks`` cell on its ranks; one line."""
-
-    def _render_traceback_(self) -> list[str]:
-        return [str(self)]
 
 
 class _Parser(argparse.ArgumentParser):
