@@ -14,9 +14,10 @@ receives while the bundle loads (a Dashboard started before it is shown draws at
 and replayed by each view that draws once it has loaded (plotly's model applies edits to its state only
 from when it listens); plotly applies each edit as a delta, so one lost edit would leave the plot empty for
 good. A view merges the restyles, relayouts and updates that come while it waits to draw and draws them as
-one update, at most every 100 ms and every 8× its last draw's cost: a page slower than the kernel's redraws
-(a Dashboard on 2 busy cores) otherwise fell further behind with every edit, and the answer to every click
-waited behind that backlog (30 s after 100 s of training).
+one update, at most every 100 ms and every 4× its last draw's cost, but at least every 300 ms: a page slower
+than the kernel's redraws (a Dashboard on 2 busy cores) otherwise fell further behind with every edit, and
+the answer to every click waited behind that backlog (30 s after 100 s of training). The 300 ms bound keeps
+the plot within about a second of the status line when draws get slow (8× with no bound: up to 1.9 s).
 
     >>> figure = FigureWidget()
     >>> len(figure._esm) < 12000 < len(bundle_model().bundle)
@@ -64,10 +65,12 @@ function plotlyWidget(model) {
 const EDITS = ["addTraces", "deleteTraces", "moveTraces", "restyle", "relayout", "update", "animate",
   "removeLayoutProps", "removeTraceProps"].map((edit) => `_py2js_${edit}`);
 const WHOLE = ["_widget_layout", "_widget_data"];
-// The edits a view merges and draws together, at most every MIN_DRAW_INTERVAL_MS and every 8× its last
-// draw's cost: a page that drew each edit as it came fell ever further behind a kernel that sends faster
-// (a busy 2-core machine: the page 30 s behind after 100 s, every click's answer queued behind it)
+// The edits a view merges and draws together, at most every MIN_DRAW_INTERVAL_MS and every 4× its last
+// draw's cost, yet at least every MAX_DRAW_INTERVAL_MS (so a plot stays ~1 s behind the status line at most):
+// a page that drew each edit as it came fell ever further behind a kernel that sends faster (a busy 2-core
+// machine: the page 30 s behind after 100 s, every click's answer queued behind it)
 const MIN_DRAW_INTERVAL_MS = 100;
+const MAX_DRAW_INTERVAL_MS = 300;
 const COALESCED = ["restyle", "relayout", "update"].map((edit) => `change:_py2js_${edit}`);
 let replaying = null;  // the edit plotly's model or view reads now (see the model's proxy)
 
@@ -93,9 +96,9 @@ function coalescingView() {
     const started = performance.now();
     try {
       draw(pending);
-    } finally {  // the next draw waits 8× this one's cost: each plot takes at most ~1/9 of the page's time
+    } finally {  // the next draw waits 4× this one's cost (≤ 1/5 of the page's time), 300 ms at most
       const now = performance.now();
-      view.next = now + Math.max(MIN_DRAW_INTERVAL_MS, 8 * (now - started));
+      view.next = now + Math.min(MAX_DRAW_INTERVAL_MS, Math.max(MIN_DRAW_INTERVAL_MS, 4 * (now - started)));
     }
   };
   const draw = (pending) => {

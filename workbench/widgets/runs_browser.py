@@ -311,4 +311,4 @@ class RunsBrowser:
 # Room between the columns (an ipywidgets HTML cell has no padding of its own), one line per cell; a table
 # wider than the notebook's column scrolls inside its widget instead of pushing the browser wider.
 CELL = "padding:2px 14px 2px 0;white-space:nowrap;font-variant-numeric:tabular-nums"
-_SCROLLS = {"max_width": "100%", "overflow_x": "auto"}
+_SCROLLS = {"max_width": "100%", "overflow": "auto"}
