@@ -4,6 +4,7 @@ where the driver reads it; and the mistakes that would hang or fail late, refuse
 
 import importlib.util
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -69,6 +70,17 @@ def test_two_ranks_through_torch_distributor_match_one_process_and_write_the_run
     assert value == "rank 0 of 2"  # whichever rank's output Spark hands back
     torchrun_case.assert_ranks_match_reference(tmp_path, world_size=2)
     assert read_metrics(tmp_path / "runs" / "spark", kind="fit_end")[0]["status"] == "finished"
+
+
+def test_the_scaling_out_page_runs_its_spark_block_as_written(spark, tmp_path, monkeypatch):
+    """docs/scaling-out.md's Spark block, after the `train` its first block defines (not its launch)."""
+    text = (HERE.parent.parent / "docs" / "scaling-out.md").read_text()
+    first, spark_block = re.findall(r"```python\n(.*?)```", text, flags=re.S)[:2]
+    monkeypatch.chdir(tmp_path)
+    namespace = {"__name__": "docs_scaling_out"}  # as a notebook's functions: Spark pickles them by value
+    exec(first[: first.index("\nresult = launch(")], namespace)
+    exec(spark_block, namespace)
+    assert namespace["result"].status == "finished" and namespace["result"].step > 0
 
 
 def _train_named_run(strategy):
