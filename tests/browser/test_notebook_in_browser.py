@@ -112,6 +112,12 @@ def _check_optimizers(page) -> None:
     )
     box, widget = holder.bounding_box(), browser.bounding_box()
     assert box["x"] + box["width"] <= widget["x"] + widget["width"] + 1, (box, widget)
+    # a bare Trainer(...).fit() shows a bar that fills: the warm-up cell's two fits
+    warmup = page.locator(".jp-CodeCell", has_text="warmup_losses = {}").locator(".jp-OutputArea")
+    bars = warmup.locator(".progress-bar").evaluate_all("all => all.map(b => b.style.width)")
+    labels = [text.replace("\u2007", " ") for text in warmup.locator(".widget-html").all_inner_texts()]
+    assert bars == ["100%", "100%"], (bars, labels)
+    assert sum("finished at step" in label for label in labels) == 2, labels
 
 
 def _check_data_parallel(page) -> None:

@@ -20,7 +20,13 @@ Event = dict[str, Any]
 
 
 class Callback:
-    """Receives training events; override only the hooks you need (the defaults do nothing)."""
+    """Receives training events; override only the hooks you need (the defaults do nothing).
+
+    A callback that shows a person the fit's progress (a `Dashboard`, a progress bar) sets `shows_progress`:
+    a `Trainer` with ``progress=None`` then shows no bar of its own.
+    """
+
+    shows_progress: bool = False
 
     def on_fit_start(self, info: FitStartEvent) -> None:
         """Training is about to run its first (or first resumed) step."""
@@ -52,6 +58,11 @@ class CallbackList(Callback):
 
     def __init__(self, callbacks: Iterable[Callback] = ()) -> None:
         self.callbacks = list(callbacks)
+
+    @property
+    def shows_progress(self) -> bool:  # type: ignore[override]
+        """True when one of the callbacks shows the fit's progress."""
+        return any(getattr(callback, "shows_progress", False) for callback in self.callbacks)
 
     def on_fit_start(self, info: Event) -> None:
         self._send("on_fit_start", info)

@@ -51,11 +51,12 @@ from workbench.train.objective import Objective, StepFn
 from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor, optimizer_step
 from workbench.train.precision import resolve_precision
 from workbench.train.profiling import ProfileResult
+from workbench.train.progress import fit_progress_shown
 from workbench.train.run_dir import LoopPosition, RunDir
 from workbench.train.run_record import RunRecord
 from workbench.train.step_time import NO_CLOCK, Clock, clocked_forward_backward
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
-from workbench.train.supervision import supervised_config, supervised_control_and_callbacks
+from workbench.train.supervision import is_supervised, supervised_config, supervised_control_and_callbacks
 
 __all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "StepFn", "Trainer"]
 
@@ -125,6 +126,9 @@ class Trainer:
             `FullyShardedDataParallel` (one process per rank, each on its shard of the data; batch_size is
             per rank, so the global batch is batch_size × ranks), `PipelineParallel` or `TensorParallel`
             (every rank on the same batches of batch_size).
+        progress: a progress bar for each fit: a widget in a notebook, text on stderr elsewhere. None (the
+            default) shows one in a notebook or a terminal unless a callback shows progress (a `Dashboard`),
+            never on other ranks than the main one or in a launcher's workers; False: none; True: always.
 
     Example:
         >>> from workbench import models
@@ -161,6 +165,7 @@ class Trainer:
         optimizer_factory: OptimizerFactory | None = None,
         strategy: Strategy | None = None,
         overwrite: bool = False,
+        progress: bool | None = None,
     ) -> None:
         check_arguments(model, config, strategy, callbacks, optimizer_factory)
         self.config = supervised_config(config)  # inside a launcher's workers: Launch(config=...)'s
@@ -183,6 +188,7 @@ class Trainer:
         self._step_model = compile_module(self.model, self.config.compile)
         # inside a launcher's workers: its control (unless given) and its event stream
         self.control, callbacks = supervised_control_and_callbacks(control, callbacks)
+        self.progress, self._supervised = progress, is_supervised()
         if self.run_dir is not None and self.strategy.is_main:
             callbacks.insert(0, MetricsLog(self.run_dir.path))
         self.events = CallbackList(callbacks)
@@ -248,7 +254,9 @@ class Trainer:
         """
         check_resume(resume)
         started = time.perf_counter()
-        with one_line_interrupts(self) as pressed, self.record.held(), self.instruments.watching_fit():
+        main, supervised = self.strategy.is_main, self._supervised
+        shown = fit_progress_shown(self.progress, self.events, is_main=main, supervised=supervised)
+        with shown, one_line_interrupts(self) as pressed, self.record.held(), self.instruments.watching_fit():
             status = self._fit(resume)
         seconds = time.perf_counter() - started
         result = FitResult.of(status, self.step, self.epoch, seconds, self.report.last, self.checkpoint)

@@ -1,19 +1,24 @@
-"""Progress as text, for terminals, CI logs and a blocking `launch` in a notebook: a tqdm bar with loss, lr
-and the last evaluation. It needs no widgets, so any layer may print it (`workbench train`, `launch`).
+"""Progress bars: text for terminals, CI logs and a blocking `launch` in a notebook (a tqdm bar with loss, lr
+and the last evaluation), and tqdm's widget bar for a `Trainer.fit()` in a notebook (`fit_progress`).
 
-`workbench train` writes it to stderr with a line per evaluation (a log to read back); `launch` to stdout
+`workbench train` writes text to stderr with a line per evaluation (a log to read back); `launch` to stdout
 as one line that updates, the last evaluation in it (a notebook paints stderr like an error, and 500
 epochs would be 500 lines)."""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import sys
-from typing import IO
+from collections.abc import Iterator
+from typing import IO, Any
 
 from tqdm import tqdm
 
 from workbench._validate import check_nonnegative
-from workbench.train.events import Callback, Event, evaluation_metrics
+from workbench.train.events import Callback, CallbackList, Event, evaluation_metrics
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 class ConsoleProgress(Callback):
@@ -38,8 +43,13 @@ class ConsoleProgress(Callback):
         self._bar: tqdm | None = None
         self._postfix: dict[str, str] = {}
 
+    shows_progress = True
+
     def on_fit_start(self, info: Event) -> None:
-        self._bar = tqdm(
+        self._bar = self._open_bar(info)
+
+    def _open_bar(self, info: Event) -> tqdm:
+        return tqdm(
             total=info["total_steps"],
             initial=info["start_step"],
             unit="step",
@@ -75,3 +85,82 @@ class ConsoleProgress(Callback):
         if summary.get("error"):
             line += f": {summary['error']}"
         print(line, file=self.file)
+
+
+class NotebookProgress(ConsoleProgress):
+    """The same bar as a widget in the notebook cell that runs the fit: one line that updates, the last
+    evaluation in it; green when the fit finished, red when it stopped early or failed.
+
+    Only the widget is shown, with no text copy: a cell's text output (what nbval compares) stays as it was.
+    """
+
+    def __init__(self, mininterval: float = 0.5) -> None:
+        super().__init__(sys.stdout, mininterval, one_line=True)
+
+    def _open_bar(self, info: Event) -> Any:
+        from IPython.display import display
+        from tqdm.notebook import tqdm as widget_bar
+
+        bar = widget_bar(
+            total=info["total_steps"],
+            initial=info["start_step"],
+            unit="step",
+            desc=info.get("run") or "train",
+            mininterval=self.mininterval,
+            display=False,
+        )
+        display({WIDGET_VIEW: bar.container._repr_mimebundle_()[WIDGET_VIEW]}, raw=True)
+        return bar
+
+    def on_fit_end(self, summary: Event) -> None:
+        if self._bar is not None:
+            bar, self._bar = self._bar, None
+            bar.set_description(f"{bar.desc} {summary['status']} at step {summary['step']}", refresh=False)
+            bar.close()
+
+
+def in_a_notebook() -> bool:
+    """True in a Jupyter kernel's own process (not in a process it started, such as a launcher's rank)."""
+    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+    return getattr(shell, "kernel", None) is not None and multiprocessing.parent_process() is None
+
+
+def fit_progress(
+    progress: bool | None, callbacks: CallbackList, *, is_main: bool, supervised: bool
+) -> Callback | None:
+    """The bar a `Trainer` shows for one fit (`progress`: True, False, or None to decide here).
+
+    None where no bar is wanted: ``progress=False``, a rank other than the main one, a launcher's worker
+    (the launcher shows progress), or `callbacks` that show it (a Dashboard). Else in a notebook a widget
+    bar; in a terminal, or anywhere with ``progress=True``, text on stderr; with ``progress=None`` and
+    stderr not a terminal (a pipe, a CI log), none.
+
+    Example:
+        >>> from workbench.train.events import CallbackList
+        >>> fit_progress(None, CallbackList([ConsoleProgress()]), is_main=True, supervised=False) is None
+        True
+        >>> type(fit_progress(True, CallbackList(), is_main=True, supervised=False)).__name__
+        'ConsoleProgress'
+    """
+    if progress is False or not is_main or supervised or callbacks.shows_progress:
+        return None
+    if in_a_notebook():
+        return NotebookProgress()
+    if progress or sys.stderr.isatty():
+        return ConsoleProgress(one_line=True)
+    return None
+
+
+@contextlib.contextmanager
+def fit_progress_shown(
+    progress: bool | None, events: CallbackList, *, is_main: bool, supervised: bool
+) -> Iterator[None]:
+    """Subscribe `fit_progress`'s bar, if any, to `events` for the duration of one fit."""
+    bar = fit_progress(progress, events, is_main=is_main, supervised=supervised)
+    if bar is not None:
+        events.callbacks.append(bar)
+    try:
+        yield
+    finally:
+        if bar is not None:
+            events.callbacks.remove(bar)

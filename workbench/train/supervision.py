@@ -48,6 +48,11 @@ _CURRENT: contextvars.ContextVar[Supervision] = contextvars.ContextVar(
 )
 
 
+def is_supervised() -> bool:
+    """True inside a `supervised` block: a launcher's worker, whose events its supervisor shows."""
+    return _CURRENT.get() is not _UNSUPERVISED
+
+
 def current_supervision() -> Supervision:
     """The supervision of the innermost `supervised` block around this call (empty outside any)."""
     return _CURRENT.get()

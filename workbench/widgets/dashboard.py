@@ -78,6 +78,8 @@ class Dashboard(Callback):
         True
     """
 
+    shows_progress = True  # its bar and status line: the trainer shows no bar of its own
+
     def __init__(
         self,
         trainer: Job,

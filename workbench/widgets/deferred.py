@@ -59,6 +59,11 @@ class DeferredCallbacks(Callback):
         self._deliver_lock = threading.Lock()  # the timer and a fit_start/fit_end caller deliver in turn
         self._throttle = Throttle(self.deliver, deliveries_per_s)
 
+    @property
+    def shows_progress(self) -> bool:  # type: ignore[override]
+        """True when one of the callbacks shows the fit's progress (a Dashboard does)."""
+        return self.callbacks.shows_progress
+
     def on_fit_start(self, info: Event) -> None:
         self._queue.append(("on_fit_start", info))
         self.deliver()
