@@ -222,6 +222,8 @@ def _assert_dashboard_shows_what_the_kernel_holds(page, name: str) -> dict[str, 
     )
     assert in_page == expected, f"loss plot in the page {in_page} != the kernel's {expected}"
     assert expected and all(n > 0 for n in expected.values())
+    tested = {name: n for name, n in in_page.items() if " test" in name}  # once, at the end: not per epoch
+    assert tested and set(tested.values()) == {1}, tested
 
     bar = dashboard.locator(".progress-bar").first.evaluate("bar => bar.style.width")
     assert bar == "100%", f"progress bar at {bar}"

@@ -7,6 +7,7 @@ The terminal case runs a script on a pseudo-terminal, the notebook case executes
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
@@ -19,6 +20,8 @@ import pytest
 
 from workbench.train.events import CallbackList
 from workbench.train.progress import ConsoleProgress, NotebookProgress, fit_progress
+from workbench.train.supervision import Supervision
+from workbench.train.supervision import supervised as supervised_by
 
 FIT = """
 from workbench.presets import build_experiment
@@ -126,6 +129,8 @@ def test_a_fit_in_a_notebook_shows_a_widget_bar_that_fills_and_nothing_else(tmp_
     ],
 )
 def test_who_shows_the_bar(progress, callbacks, is_main, supervised, shown):
-    bar = fit_progress(progress, CallbackList(callbacks), is_main=is_main, supervised=supervised)
+    context = supervised_by(Supervision()) if supervised else contextlib.nullcontext()
+    with context:
+        bar = fit_progress(progress, CallbackList(callbacks), is_main=is_main)
     assert (bar if shown is None else type(bar)) is shown
     assert not isinstance(bar, NotebookProgress)

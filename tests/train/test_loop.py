@@ -100,12 +100,8 @@ def test_events_carry_the_documented_metrics(digits_splits):
     # every 2nd step plus the last step of each epoch
     assert [m["step"] for m in recorder.steps] == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24]
     assert all(m["samples_per_s"] > 0 and m["grad_norm"] > 0 for m in recorder.steps)
-    assert [(m["split"], m["epoch"]) for m in recorder.evals] == [
-        ("val", 0),
-        ("test", 0),
-        ("val", 1),
-        ("test", 1),
-    ]
+    # val after each epoch, test once when the fit finished
+    assert [(m["split"], m["epoch"]) for m in recorder.evals] == [("val", 0), ("val", 1), ("test", 1)]
     assert 0 <= recorder.evals[-1]["accuracy"] <= 1
     assert recorder.ends[0]["status"] == "finished" and recorder.ends[0]["error"] is None
     assert result.metrics["test"] == {k: recorder.evals[-1][k] for k in ("loss", "accuracy")}
@@ -126,7 +122,7 @@ def test_metrics_log_persists_the_run(tmp_path, digits_splits):
     steps = read_metrics(tmp_path / "r1", kind="step")
     assert [s["loss"] for s in steps] == [m["loss"] for m in recorder.steps]
     kinds = [e["event"] for e in read_metrics(tmp_path / "r1")]
-    assert kinds[0] == "fit_start" and kinds[-1] == "fit_end" and kinds.count("eval") == 4
+    assert kinds[0] == "fit_start" and kinds[-1] == "fit_end" and kinds.count("eval") == 3  # val, val, test
     assert read_metrics(tmp_path / "r1", kind="fit_end")[0]["status"] == "finished"
     assert (tmp_path / "r1" / "config.json").is_file() and (tmp_path / "r1" / "checkpoint.pt").is_file()
     with pytest.raises(ValueError, match="kind='steps'"):
@@ -318,6 +314,18 @@ def test_stop_during_a_pause_ends_training(digits_splits):
     control.stop()
     thread.join(10)
     assert not thread.is_alive() and trainer.step == 0
+
+
+def test_a_stopped_fit_is_not_scored_on_the_test_split(digits_splits):
+    recorder, control = Recorder(), TrainControl()
+    recorder.on_eval = lambda metrics: (recorder.evals.append(metrics), control.stop())
+    config = TrainConfig(epochs=3, batch_size=128)
+    trainer = Trainer(
+        _mlp(), functional.cross_entropy, digits_splits, config, callbacks=[recorder], control=control
+    )
+    result = trainer.fit()
+    assert result.status == "stopped" and [(m["split"], m["epoch"]) for m in recorder.evals] == [("val", 0)]
+    assert "test" not in result.metrics and "val" in result.metrics
 
 
 def test_bf16_autocast_trains_on_cpu(digits_splits):

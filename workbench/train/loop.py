@@ -56,7 +56,7 @@ from workbench.train.run_dir import LoopPosition, RunDir
 from workbench.train.run_record import RunRecord
 from workbench.train.step_time import NO_CLOCK, Clock, clocked_forward_backward
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
-from workbench.train.supervision import is_supervised, supervised_config, supervised_control_and_callbacks
+from workbench.train.supervision import supervised_config, supervised_control_and_callbacks
 
 __all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "StepFn", "Trainer"]
 
@@ -99,7 +99,8 @@ class FitResult:
 
 
 class Trainer:
-    """Trains `model` on the training split, evaluating on val and test after each epoch.
+    """Trains `model` on the training split, evaluating on val after each epoch and on test once, when the
+    fit finishes (not when it is stopped: the test split judges the final model, never a choice on the way).
 
     Args:
         model: a torch module; moved to the config's device.
@@ -188,7 +189,7 @@ class Trainer:
         self._step_model = compile_module(self.model, self.config.compile)
         # inside a launcher's workers: its control (unless given) and its event stream
         self.control, callbacks = supervised_control_and_callbacks(control, callbacks)
-        self.progress, self._supervised = progress, is_supervised()
+        self.progress = progress
         if self.run_dir is not None and self.strategy.is_main:
             callbacks.insert(0, MetricsLog(self.run_dir.path))
         self.events = CallbackList(callbacks)
@@ -198,8 +199,7 @@ class Trainer:
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
         self.steps_per_epoch, self.total_steps = count_steps(self._loaders, self.config)
-        # Where the loop stands (steps, epochs, micro-batches of this epoch used): with the model, optimizer
-        # and RNG states, what a checkpoint holds
+        # Where the loop stands (steps, epochs, micro-batches of this epoch used): what a checkpoint holds
         self.step = self.epoch = self._position = 0
         self.settings = Settings.of(self.config)  # the lr and clipping in force
         self._resume_changes = ""  # the optimizer settings a resume changed, as one line
@@ -221,7 +221,6 @@ class Trainer:
 
     def worker_pids(self) -> None:
         """None: a Trainer trains in this process (`Job`)."""
-        return None
 
     @property
     def checkpoint(self) -> Path | None:
@@ -254,8 +253,7 @@ class Trainer:
         """
         check_resume(resume)
         started = time.perf_counter()
-        main, supervised = self.strategy.is_main, self._supervised
-        shown = fit_progress_shown(self.progress, self.events, is_main=main, supervised=supervised)
+        shown = fit_progress_shown(self.progress, self.events, is_main=self.strategy.is_main)
         with shown, one_line_interrupts(self) as pressed, self.record.held(), self.instruments.watching_fit():
             status = self._fit(resume)
         seconds = time.perf_counter() - started
@@ -273,6 +271,8 @@ class Trainer:
                     break
             if status == "stopped" or self.record.due(self.epoch):
                 self._save()
+            if status == "finished":  # the held-out split once, on the final model: never used to choose
+                self.report.evaluated(self.step, max(self.epoch - 1, 0), "test", self.evaluate("test"))
         except BaseException as error:
             self.instruments.finish()
             self.report.fit_end((self.step, self.epoch), "failed", error, **self._ending())
@@ -327,8 +327,7 @@ class Trainer:
         self._position = 0
         if self.record.due(self.epoch):  # before evaluating: a metric that fails costs its epoch nothing
             self._save()
-        for split in ("val", "test"):
-            self.report.evaluated(self.step, self.epoch - 1, split, self.evaluate(split))
+        self.report.evaluated(self.step, self.epoch - 1, "val", self.evaluate("val"))
         return True
 
     def _run_step(
@@ -337,7 +336,6 @@ class Trainer:
         """Forward/backward over the micro-batches, clip, one optimizer step; the (detached) mean loss, the
         samples and, on a logged step (`check`: the steps since the last logged one), the gradient norm before
         clipping and the loss sum over ranks, checked finite before the optimizer step."""
-        measure = check is not None
         self.model.train()
         samples = sum(self.objective.samples(batch) for batch in group)
         clock.mark("other")
@@ -350,13 +348,9 @@ class Trainer:
         clock.mark("comm" if self.world_size > 1 else "other")  # the loss summed over ranks (logged steps)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        grad_norm = gradients.clip_(
-            self.model.parameters(),
-            clip_value=self.settings.clip_value,
-            clip_norm=self.settings.clip_norm,
-            norm_of=self.strategy.total_norm,
-            measure=measure,
-        )
+        settings = self.settings
+        limits = dict(clip_value=settings.clip_value, clip_norm=settings.clip_norm, measure=check is not None)
+        grad_norm = gradients.clip_(self.model.parameters(), norm_of=self.strategy.total_norm, **limits)
         schedule = self.config.optimizer
         factor = lr_factor(schedule.schedule, self.step, self.total_steps or 0, schedule.warmup_steps)
         optimizer_step(self.optimizer, self.scaler, self.settings.lr * factor)
@@ -392,8 +386,7 @@ class Trainer:
         self._resume_changes = resumed.describe() if resumed is not None else ""
         if resumed is None:
             self.step = self.epoch = self._position = 0
-            # ranks on different data draw different dropout masks; ranks sharing data (tensor parallel)
-            # draw the same ones, so their replicated activations stay equal
+            # ranks on different data draw different dropout masks; ranks sharing data draw the same ones
             torch.manual_seed(self.config.seed + self.strategy.data_rank)
         else:
             where = resumed.where

@@ -146,7 +146,7 @@ class Objective:
                 except Exception as error:  # the user's code: name the metric, keep its error as the cause
                     raise MetricError(
                         f"metrics[{name!r}] failed on the first training batch, before any step (it runs on "
-                        f"val and test after each epoch): {error}"
+                        f"val after each epoch and on test at the end): {error}"
                     ) from error
 
     def evaluate(

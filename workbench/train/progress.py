@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from workbench._validate import check_nonnegative
 from workbench.train.events import Callback, CallbackList, Event, evaluation_metrics
+from workbench.train.supervision import is_supervised
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -125,9 +126,7 @@ def in_a_notebook() -> bool:
     return getattr(shell, "kernel", None) is not None and multiprocessing.parent_process() is None
 
 
-def fit_progress(
-    progress: bool | None, callbacks: CallbackList, *, is_main: bool, supervised: bool
-) -> Callback | None:
+def fit_progress(progress: bool | None, callbacks: CallbackList, *, is_main: bool) -> Callback | None:
     """The bar a `Trainer` shows for one fit (`progress`: True, False, or None to decide here).
 
     None where no bar is wanted: ``progress=False``, a rank other than the main one, a launcher's worker
@@ -137,12 +136,12 @@ def fit_progress(
 
     Example:
         >>> from workbench.train.events import CallbackList
-        >>> fit_progress(None, CallbackList([ConsoleProgress()]), is_main=True, supervised=False) is None
+        >>> fit_progress(None, CallbackList([ConsoleProgress()]), is_main=True) is None
         True
-        >>> type(fit_progress(True, CallbackList(), is_main=True, supervised=False)).__name__
+        >>> type(fit_progress(True, CallbackList(), is_main=True)).__name__
         'ConsoleProgress'
     """
-    if progress is False or not is_main or supervised or callbacks.shows_progress:
+    if progress is False or not is_main or is_supervised() or callbacks.shows_progress:
         return None
     if in_a_notebook():
         return NotebookProgress()
@@ -152,11 +151,9 @@ def fit_progress(
 
 
 @contextlib.contextmanager
-def fit_progress_shown(
-    progress: bool | None, events: CallbackList, *, is_main: bool, supervised: bool
-) -> Iterator[None]:
+def fit_progress_shown(progress: bool | None, events: CallbackList, *, is_main: bool) -> Iterator[None]:
     """Subscribe `fit_progress`'s bar, if any, to `events` for the duration of one fit."""
-    bar = fit_progress(progress, events, is_main=is_main, supervised=supervised)
+    bar = fit_progress(progress, events, is_main=is_main)
     if bar is not None:
         events.callbacks.append(bar)
     try:
