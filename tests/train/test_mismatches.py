@@ -154,8 +154,8 @@ def test_a_failing_metric_is_named_on_the_first_training_batch_before_any_step(t
         nn.Linear(10, 10), F.cross_entropy, (DATA, DATA), CONFIG, metrics={"recall": metric}, run="r",
         runs_dir=tmp_path,
     )  # fmt: skip
-    first = r"^metrics\['recall'\] failed on the first training batch, before any step \(it runs on val after "
-    with pytest.raises(ValueError, match=first + r"each epoch and on test at the end\): " + said):
+    first = r"^metrics\['recall'\] failed on the first training batch, before any step \(it runs on val "
+    with pytest.raises(ValueError, match=first + r"after each epoch and on test at the end\): " + said):
         trainer.fit()
     assert trainer.step == 0
 
