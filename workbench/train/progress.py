@@ -15,6 +15,7 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
+from workbench._jupyter import running_kernel
 from workbench._validate import check_nonnegative
 from workbench.train.events import Callback, CallbackList, Event, evaluation_metrics
 from workbench.train.supervision import is_supervised
@@ -35,6 +36,8 @@ class ConsoleProgress(Callback):
         True
     """
 
+    shows_progress = True
+
     def __init__(
         self, file: IO[str] | None = None, mininterval: float = 0.5, *, one_line: bool = False
     ) -> None:
@@ -44,21 +47,16 @@ class ConsoleProgress(Callback):
         self._bar: tqdm | None = None
         self._postfix: dict[str, str] = {}
 
-    shows_progress = True
-
     def on_fit_start(self, info: Event) -> None:
         self._bar = self._open_bar(info)
 
     def _open_bar(self, info: Event) -> tqdm:
-        return tqdm(
-            total=info["total_steps"],
-            initial=info["start_step"],
-            unit="step",
-            desc=info.get("run") or "train",
-            file=self.file,
-            mininterval=self.mininterval,
-            dynamic_ncols=True,
-        )
+        return tqdm(**self._bar_options(info), file=self.file, dynamic_ncols=True)
+
+    def _bar_options(self, info: Event) -> dict[str, Any]:
+        """What every bar of a fit shows: its steps, where it starts, its name; redrawn each `mininterval`."""
+        total, initial, desc = info["total_steps"], info["start_step"], info.get("run") or "train"
+        return dict(total=total, initial=initial, unit="step", desc=desc, mininterval=self.mininterval)
 
     def on_step(self, metrics: Event) -> None:
         if self._bar is None or metrics.get("rank", 0) != 0:  # a launch relays every rank's steps
@@ -102,14 +100,7 @@ class NotebookProgress(ConsoleProgress):
         from IPython.display import display
         from tqdm.notebook import tqdm as widget_bar
 
-        bar = widget_bar(
-            total=info["total_steps"],
-            initial=info["start_step"],
-            unit="step",
-            desc=info.get("run") or "train",
-            mininterval=self.mininterval,
-            display=False,
-        )
+        bar = widget_bar(**self._bar_options(info), display=False)
         display({WIDGET_VIEW: bar.container._repr_mimebundle_()[WIDGET_VIEW]}, raw=True)
         return bar
 
@@ -122,8 +113,7 @@ class NotebookProgress(ConsoleProgress):
 
 def in_a_notebook() -> bool:
     """True in a Jupyter kernel's own process (not in a process it started, such as a launcher's rank)."""
-    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
-    return getattr(shell, "kernel", None) is not None and multiprocessing.parent_process() is None
+    return running_kernel() is not None and multiprocessing.parent_process() is None
 
 
 def fit_progress(progress: bool | None, callbacks: CallbackList, *, is_main: bool) -> Callback | None:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench._jupyter import running_kernel
+
 
 def running_cell_parent() -> dict[str, Any] | None:
     """The request of the cell running now (call it from the cell), or None outside a kernel."""
-    kernel = _kernel()
+    kernel = running_kernel()
     return None if kernel is None else kernel.get_parent("shell")
 
 
@@ -29,7 +31,7 @@ def acknowledge_widget_message(cell_parent: dict[str, Any] | None) -> None:
         cell_parent: the request of the cell awaiting meanwhile (`running_cell_parent`), to say "busy"
             for it again; None skips that.
     """
-    kernel = _kernel()
+    kernel = running_kernel()
     if kernel is None:
         return
     lock = getattr(kernel, "_main_asyncio_lock", None)
@@ -42,11 +44,3 @@ def acknowledge_widget_message(cell_parent: dict[str, Any] | None) -> None:
     publish("idle", "shell", parent=message)
     if cell_parent is not None and cell_parent.get("header"):
         publish("busy", "shell", parent=cell_parent)
-
-
-def _kernel() -> Any:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    return getattr(get_ipython(), "kernel", None)
