@@ -4,7 +4,6 @@ where the driver reads it; and the mistakes that would hang or fail late, refuse
 
 import importlib.util
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
+from tests.test_docs_pages import code_blocks  # noqa: E402
 from workbench.parallel.launching import spark as spark_module  # noqa: E402
 from workbench.parallel.launching.spark import run_on_spark  # noqa: E402
 
@@ -74,8 +74,7 @@ def test_two_ranks_through_torch_distributor_match_one_process_and_write_the_run
 
 def test_the_scaling_out_page_runs_its_spark_block_as_written(spark, tmp_path, monkeypatch):
     """docs/scaling-out.md's Spark block, after the `train` its first block defines (not its launch)."""
-    text = (HERE.parent.parent / "docs" / "scaling-out.md").read_text()
-    first, spark_block = re.findall(r"```python\n(.*?)```", text, flags=re.S)[:2]
+    first, spark_block = code_blocks("scaling-out.md")["python"][:2]
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "docs_scaling_out"}  # as a notebook's functions: Spark pickles them by value
     exec(first[: first.index("\nresult = launch(")], namespace)
