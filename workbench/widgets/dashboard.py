@@ -391,6 +391,7 @@ class Dashboard(Callback):
             ):
                 if view.widget not in self.widget.children and has_data():
                     view.flush()
+                    view.sync_for_display()  # shown in a container: its browser view starts from this state
                     self.widget.children = (*self.widget.children, view.widget)
 
     def _status_text(self, state: str) -> str:
