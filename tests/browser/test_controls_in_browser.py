@@ -157,7 +157,7 @@ WATCH_STATUS_JS = """() => {
 PLOT_BEHIND_JS = """() => {
     const plot = document.querySelector('.workbench-dashboard .js-plotly-plot');
     const losses = (plot && plot.data ? plot.data : []).filter(  // the training loss: "<run> train"
-        t => t.meta !== 'raw' && /(^| )train$/.test(t.name || ''));
+        t => t.meta !== 'raw' && /(^| )train$/.test(t.meta || ''));
     const plotted = Math.max(-1, ...losses.map(t => t.x && t.x.length ? Number(t.x[t.x.length - 1]) : -1));
     const later = globalThis.workbenchStatusShown.find(([, step]) => step > plotted);
     return [plotted, later ? performance.now() - later[0] : 0];

@@ -218,7 +218,7 @@ def _assert_dashboard_shows_what_the_kernel_holds(page, name: str) -> dict[str, 
     dashboard.scroll_into_view_if_needed()
     dashboard.screenshot(path=str(ARTIFACTS / f"{name}_dashboard.png"))
     in_page = dashboard.locator(".js-plotly-plot").first.evaluate(  # the curves, not their faint raw copies
-        "plot => Object.fromEntries(plot.data.filter(t => t.meta !== 'raw').map(t => [t.name, t.x.length]))"
+        "plot => Object.fromEntries(plot.data.filter(t => t.meta !== 'raw').map(t => [t.meta, t.x.length]))"
     )
     assert in_page == expected, f"loss plot in the page {in_page} != the kernel's {expected}"
     assert expected and all(n > 0 for n in expected.values())

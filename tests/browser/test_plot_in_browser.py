@@ -16,6 +16,8 @@ with the replay of queued edits removed it fails too (plots titled but empty).
 
 from __future__ import annotations
 
+import time
+
 import nbformat
 
 from tests.browser.jupyterlab import (
@@ -38,8 +40,8 @@ dashboard
 """
 WAIT = """\
 result = await dashboard.wait_async()
-traces = dashboard.loss_plot.figure.data  # every curve, the faint raw ones too
-print(sorted((trace.name, 0 if trace.x is None else len(trace.x)) for trace in traces))
+traces = dashboard.loss_plot.figure.data  # every curve ("run split" in its meta), the faint raw ones too
+print(sorted((t.name if t.meta == "raw" else t.meta, 0 if t.x is None else len(t.x)) for t in traces))
 """
 # A busy machine, made repeatable: plotly's widget bundle (the one multi-MB JavaScript module the page
 # imports from a blob) finishes loading 4 s late, as it did on a loaded 2-core CI machine.
@@ -59,7 +61,8 @@ LOSS_PLOT_JS = """() => {
     const plot = document.querySelector('.workbench-dashboard .js-plotly-plot');
     return {
         title: (plot.layout.title && plot.layout.title.text) || "",
-        points: Object.fromEntries((plot.data || []).map(trace => [trace.name, (trace.x || []).length])),
+        points: Object.fromEntries((plot.data || []).map(
+            trace => [trace.meta === "raw" ? trace.name : trace.meta, (trace.x || []).length])),
     };
 }"""
 
@@ -85,3 +88,84 @@ def test_a_dashboard_drawing_while_the_page_loads_plotly_shows_every_point(lab, 
     printed = page.locator(".jp-OutputArea-output").last.inner_text()
     assert drawn["title"] == "Loss"
     assert str(sorted(drawn["points"].items())) == printed.strip(), "the page lost points the kernel drew"
+
+
+FEED = """\
+from workbench.widgets import LossPlot
+
+METRICS = ("accuracy", "f1", "top5_accuracy", "precision", "recall", "calibration_error")
+
+
+def feed(ranks, runs=("mine-ddp-1795673927",)):
+    plot = LossPlot(log_y=True)
+    for run in runs:
+        plot.on_fit_start({"run": run, "start_step": 0})
+        for step in range(1, 61):
+            for rank in range(ranks):
+                rank_loss = {"rank_loss": 2 / step**0.5 + 0.05 * rank} if ranks > 1 else {}
+                plot.on_step({"step": step, "loss": 2 / step**0.5, "rank": rank, **rank_loss})
+            if step % 10 == 0:
+                splits = ("val", "test") if step == 60 else ("val",)
+                for split in splits:
+                    metrics = {name: 1 - 1 / (step + i) for i, name in enumerate(METRICS)}
+                    plot.on_eval({"step": step, "split": split, "loss": 1.5 / step**0.5, **metrics})
+        plot.on_fit_end({"status": "finished"})
+    return plot
+"""
+# Per plot in the page: its plot area's width, how many panels, the test split's points per curve, and every
+# pair of texts a person reads (titles, panel titles, tick labels, the legend) whose boxes overlap.
+LAYOUT_JS = """plot => {
+    const boxes = [];
+    const add = (what, element) => {
+        const box = element.getBoundingClientRect();
+        if (box.width > 0 && box.height > 0) boxes.push([what, box]);
+    };
+    plot.querySelectorAll('.gtitle, .g-xtitle, .g-ytitle').forEach(e => add('title ' + e.textContent, e));
+    plot.querySelectorAll('.annotation-text').forEach(e => add('panel ' + e.textContent, e));
+    plot.querySelectorAll('.xtick text, .ytick text').forEach(e => add('tick ' + e.textContent, e));
+    plot.querySelectorAll('.legend .bg').forEach(e => add('legend', e));
+    const overlap = (a, b) => (
+        a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1);
+    const overlaps = [];
+    boxes.forEach(([a, boxA], i) => boxes.slice(i + 1).forEach(([b, boxB]) => {
+        if (overlap(boxA, boxB)) overlaps.push(`${a} / ${b}`);
+    }));
+    const tested = plot.data.filter(t => / test/.test(t.meta || '')).map(t => t.x.length);
+    return {
+        width: plot._fullLayout._size.w,
+        figure: plot._fullLayout.width,
+        panels: plot.querySelectorAll('.cartesianlayer > .subplot').length,
+        legend: Array.from(plot.querySelectorAll('.legend .traces')).map(e => e.textContent),
+        tested,
+        overlaps,
+    };
+}"""
+
+
+def test_the_loss_plot_reads_at_a_glance_in_a_1000_px_column_with_1_2_and_8_ranks_and_6_metrics(lab, page):
+    """The loss in its own panel with log y, a panel per metric in rows of three, the test split once, a
+    legend naming only what differs (ranks behind one entry), and no text on another: in JupyterLab."""
+    notebook = nbformat.v4.new_notebook()
+    shown = ["feed(1)", "feed(2)", "feed(8)", 'feed(8, runs=("mine-ddp-1795673927", "mine-ddp-1795673999"))']
+    notebook.cells = [nbformat.v4.new_code_cell(FEED)] + [nbformat.v4.new_code_cell(cell) for cell in shown]
+    notebook.metadata["kernelspec"] = {"name": "workbench", "display_name": "Python (workbench)"}
+    nbformat.write(notebook, lab.notebooks / "loss_layout.ipynb")
+    page.set_viewport_size(
+        {"width": 1430, "height": 2400}
+    )  # beside the file browser: a ~1000-px output column
+    start_run_all(page, lab.url, "loss_layout.ipynb")
+    wait_for_run_all(page, lab, "loss_layout.ipynb", timeout_s=180)
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot .cartesianlayer').length === 4")
+    time.sleep(1.0)  # the last relayout
+    page.screenshot(path=str(ARTIFACTS / "loss_layout.png"), full_page=True)
+    assert errors_in_page(page) == []
+    one, two, eight, runs = page.locator(".js-plotly-plot").evaluate_all(f"all => all.map({LAYOUT_JS})")
+    assert 950 <= one["figure"] <= 1050, f"the plot is {one['figure']} px wide, not a 1000-px column's"
+    for layout in (one, two, eight, runs):
+        assert layout["panels"] == 1 + 6, layout  # the loss and one panel per metric
+        assert layout["overlaps"] == [], layout["overlaps"]
+        assert layout["tested"] and set(layout["tested"]) == {1}, layout["tested"]  # once, at the end
+    assert one["legend"] == ["train", "val", "test"], one["legend"]
+    assert two["legend"] == eight["legend"] == ["train", "val", "test", "each rank"], eight["legend"]
+    assert eight["width"] >= 0.9 * one["width"] and two["width"] >= 0.9 * one["width"], (one, two, eight)
+    assert runs["width"] >= 0.75 * one["width"], runs  # two runs: a legend column, each run's name above

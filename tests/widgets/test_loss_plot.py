@@ -1,3 +1,4 @@
+import itertools
 import math
 import threading
 import time
@@ -24,7 +25,10 @@ def _fit(plot, run, steps, *, start_step=0, evals=(), loss=lambda step: 1.0 / st
 
 
 def _trace(plot, name):
-    return next(trace for trace in plot.figure.data if trace.name == name)
+    """A curve by its "run curve" name (its meta; the legend may say less); "... raw": its faint raw copy."""
+    if name.endswith(" raw"):
+        return next(trace for trace in plot.figure.data if trace.meta == "raw" and trace.name == name)
+    return next(trace for trace in plot.figure.data if trace.meta == name)
 
 
 def test_is_a_callback_and_displays_as_its_vbox():
@@ -102,15 +106,60 @@ def test_steps_before_any_run_start_an_unnamed_run():
     assert plot.point_counts() == {"run 1 train": 1}
 
 
-def test_evaluations_of_the_train_split_are_ignored_and_metrics_go_on_the_right_axis():
-    plot = LossPlot()
+def test_evaluations_of_the_train_split_are_ignored_and_each_metric_gets_a_panel():
+    plot = LossPlot(height=400)
     plot.new_run("x")
     plot.on_eval({"step": 1, "split": "train", "loss": 1.0})
     plot.on_eval({"step": 1, "split": "val", "accuracy": 0.9, "f1": 0.8, "rank": 0, "time": 5.0})
+    plot.on_eval({"step": 1, "split": "test", "accuracy": 0.8})
     plot.flush()
-    assert plot.point_counts() == {"x val accuracy": 1, "x val f1": 1}
-    assert {trace.yaxis for trace in plot.figure.data} == {"y2"}
-    assert plot.figure.layout.yaxis2.visible
+    assert plot.point_counts() == {"x val accuracy": 1, "x val f1": 1, "x test accuracy": 1}
+    axes = {trace.meta: (trace.xaxis, trace.yaxis) for trace in plot.figure.data}
+    assert axes == {"x val accuracy": ("x2", "y2"), "x test accuracy": ("x2", "y2"), "x val f1": ("x3", "y3")}
+    layout = plot.figure.layout
+    assert [a.text for a in layout.annotations] == ["accuracy", "f1"]  # each panel titled with its metric
+    assert layout.height == 600 and layout.xaxis3.matches == "x"  # a row of panels, zoomed with the loss
+    assert layout.yaxis2.domain[1] < layout.yaxis.domain[0]  # below the loss panel
+
+
+def test_metric_panels_wrap_three_to_a_row_and_log_y_changes_only_the_loss_panel():
+    plot = LossPlot(height=400)
+    plot.new_run("x")
+    plot.on_eval({"step": 1, "split": "val", **{f"m{i}": 0.5 for i in range(7)}})
+    plot.log_toggle.value = True
+    plot.flush()
+    layout = plot.figure.layout
+    assert layout.height == 400 + 3 * 200 and len(layout.annotations) == 7
+    rows = sorted({tuple(layout[f"yaxis{n}"].domain) for n in range(2, 9)}, reverse=True)
+    assert len(rows) == 3 and all(upper[0] > lower[1] for upper, lower in itertools.pairwise(rows))
+    assert layout.yaxis.type == "log" and {layout[f"yaxis{n}"].type for n in range(2, 9)} == {None}
+
+
+def test_the_legend_names_only_what_differs_and_one_entry_stands_for_every_rank():
+    plot = LossPlot()
+    plot.on_fit_start({"run": "mine-ddp-1795673927", "start_step": 0})
+    for step in range(1, 5):
+        for rank in range(8):
+            plot.on_step({"step": step, "loss": 1.0, "rank_loss": 1.0 + rank, "rank": rank})
+    plot.on_eval({"step": 4, "split": "val", "loss": 0.9, "accuracy": 0.5})
+    plot.on_eval({"step": 4, "split": "test", "loss": 0.9, "accuracy": 0.5})
+    plot.on_fit_end({"status": "finished"})
+    entries = [trace.name for trace in plot.figure.data if trace.showlegend is not False]
+    assert entries == ["train", "val", "test", "each rank"]  # no run name, 8 ranks behind one entry
+    ranks = [trace for trace in plot.figure.data if trace.legendgroup == "ranks"]
+    assert len(ranks) == 16  # 8 curves and their raw copies: a click on "each rank" hides or shows them all
+    assert {t.legendgroup for t in plot.figure.data if (t.meta or "").endswith("accuracy")} == {"val", "test"}
+    assert plot.figure.layout.legend.orientation == "h"
+    plot.plot_history("other", EVENTS)  # a second run: entries under each run's name, a click hides a run
+    groups = {trace.legendgroup for trace in plot.figure.data}
+    assert groups == {"mine-ddp-1795673927", "other"}
+    titled = {t.legendgrouptitle.text for t in plot.figure.data if t.showlegend is not False}
+    assert titled == groups and plot.figure.layout.legend.orientation == "v"
+    assert [t.name for t in plot.figure.data if t.showlegend is not False and t.legendgroup == "other"] == [
+        "train",
+        "val",
+        "test",
+    ]
 
 
 def test_log_plots_a_hand_written_loop_with_tensors_and_named_splits():
@@ -299,7 +348,7 @@ def test_one_run_has_a_colour_per_split_and_several_runs_a_colour_per_run():
     colours = {name: _trace(plot, f"a {name}").line.color for name in ("train", "val", "test")}
     assert len(set(colours.values())) == 3  # train, val and test tell apart at a glance
     metric_colours = {_trace(plot, f"a val {name}").line.color for name in ("accuracy", "f1")}
-    assert len(metric_colours) == 2 and not metric_colours & set(colours.values())
+    assert metric_colours == {colours["val"]}  # in its own panel, a metric wears its split's colour
     _fit(plot, "b", 10, evals=("val",))  # a second run: each run its own colour, splits by line style
     assert _trace(plot, "a val").line.color == _trace(plot, "a train").line.color
     assert _trace(plot, "a train").line.color != _trace(plot, "b train").line.color
@@ -341,6 +390,6 @@ def test_a_plot_drawn_before_it_is_shown_opens_in_the_browser_with_its_curves():
     plot.plot_history("b", EVENTS)  # the second run restyles the first: edits a new view must not replay
     assert plot.figure._widget_data == []  # what a view would start from without the fix
     plot._repr_mimebundle_()
-    shown = [trace["name"] for trace in plot.figure._widget_data]
-    assert shown == [trace.name for trace in plot.figure.data] and "a train" in shown
+    shown = [trace["meta"] for trace in plot.figure._widget_data]
+    assert shown == [trace.meta for trace in plot.figure.data] and "a train" in shown
     assert plot.figure._widget_layout["title"]["text"] == "Loss"

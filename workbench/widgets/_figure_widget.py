@@ -7,7 +7,8 @@ the server's sockets (a page with three Dashboards: ~85 MB). Here the bundle tra
 the binary state of one hidden `PlotlyBundle` model, and each plot syncs a small loader naming that model.
 The first plot in a page imports the bundle from it; every later plot reuses the module. No round trip to
 the kernel is needed, so plots still draw while a cell keeps the kernel busy (Run All, a blocking fit).
-A view draws again when the whole figure arrives after it drew (see `sync_figure_for_display`).
+A view draws again when the whole figure arrives after it drew (see `sync_figure_for_display`), and fits the
+width of the notebook's column (plotly's view drew every plot 700 px wide).
 anywidget (0.11) drops every later message of a model whose `initialize` takes over 2 s, and the bundle
 can take longer to load (a busy 2-core machine): so `initialize` returns at once, and the edits a plot
 receives while the bundle loads (a Dashboard started before it is shown draws at once) are kept in order
@@ -29,6 +30,7 @@ the plot within about a second of the status line when draws get slow (8× with 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import ipywidgets
 import plotly
@@ -229,7 +231,22 @@ export default async () => {
         } finally {
           drawing = null;
         }
-        view = { stop: () => { token.active = false; if (typeof cleanup === "function") cleanup(); } };
+        // plotly's view draws at the width of a div not yet in the page: 700 px, whatever the notebook's
+        // column. Resize with its container (the figure is `responsive`, so plotly.js has a handler for it)
+        let width = 0;
+        const resized = new ResizeObserver(([entry]) => {
+          const now = Math.round(entry.contentRect.width);
+          if (now > 0 && now !== width && el._responsiveChartHandler) el._responsiveChartHandler();
+          width = now;
+        });
+        resized.observe(el);
+        view = {
+          stop: () => {
+            token.active = false;
+            resized.disconnect();
+            if (typeof cleanup === "function") cleanup();
+          },
+        };
         // what came after the whole figure it drew
         for (const edit of queued) follow(token, edit.name, edit.value);
       };
@@ -283,6 +300,10 @@ class FigureWidget(go.FigureWidget):
 
     _esm = _LOADER
     _bundle_model = traitlets.Unicode().tag(sync=True)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._config = {**self._config, "responsive": True}  # plotly.js resizes it with its container
 
     @traitlets.default("_bundle_model")
     def _this_kernels_bundle(self) -> str:  # in the state the widget opens with, before any plot draws

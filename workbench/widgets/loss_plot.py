@@ -1,8 +1,9 @@
 """Live loss curves for one or more runs: a plotly FigureWidget fed by training events, redrawn ≤ 4×/s.
 
-One run: train, val and test each have a colour (blue, orange, green). Several runs: each run has a colour,
-train is solid, val dashed with markers, test markers. Evaluation metrics other than the loss (accuracy,
-F1, your own) are dotted lines on a second axis at the right, a colour per metric. Noisy curves (train,
+The loss has its own panel; each evaluation metric other than the loss (accuracy, F1, your own) gets a small
+panel below it, three to a row (`panels`). One run: train, val and test each have a colour (blue, orange,
+green) in every panel. Several runs: each run has a colour, train is solid, val dashed with markers, test
+markers. The legend names only what differs (`curve_style.legend_entry`). Noisy curves (train,
 each rank's) are drawn smoothed (an EMA, the "smoothing" slider) with the raw curve faint behind. Events
 only append to a `DownsampledSeries` (about a microsecond); a `Throttle` timer thread redraws the figure
 from those series, so history length never slows training or the browser.
@@ -28,10 +29,13 @@ from workbench.widgets.curve_style import (
     SPLITS,
     curve_order,
     curve_style,
+    legend_entry,
     restyle,
     smoothed,
 )
 from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
+from workbench.widgets.metric_plot import metric_label
+from workbench.widgets.panels import MARGIN, legend_layout, panel_layout
 from workbench.widgets.series import DownsampledSeries, ema
 
 
@@ -43,7 +47,8 @@ class _Run:
 
 
 class LossPlot(LiveFigure, Callback):
-    """Train/val/test loss against step for one or more runs, drawn live while a `Trainer` runs.
+    """Train/val/test loss against step for one or more runs, drawn live while a `Trainer` runs, and a
+    panel per evaluation metric.
 
     Subscribe it to a trainer (``Trainer(..., callbacks=[plot])`` or ``trainer.add_callback(plot)``) and
     show it by ending a cell with ``plot``; in a loop of your own, call ``plot.log(step, loss=...)``. Each
@@ -59,7 +64,7 @@ class LossPlot(LiveFigure, Callback):
         max_updates_per_s: the most redraws per second while training (> 0).
         log_y: start with a logarithmic loss axis (the "log y" toggle switches it).
         smoothing: EMA weight in [0, 1) for the train and per-rank curves (the "smoothing" slider; 0: raw).
-        height: figure height in pixels.
+        height: the loss panel's height in pixels; each row of metric panels adds 200.
 
     Example:
         >>> plot = LossPlot()
@@ -84,22 +89,15 @@ class LossPlot(LiveFigure, Callback):
         self.max_points = check_int("max_points", max_points, minimum=2)
         check_int("height", height, minimum=MIN_HEIGHT)
         ema([], smoothing)  # checks it
+        self._loss_height = height
+        layout = panel_layout([], loss_height=height)
+        layout["yaxis"].update(title={"text": "loss"}, type="log" if log_y else "linear")
         figure = FigureWidget(
             layout={
-                "height": height,
+                **layout,
                 "title": {"text": "Loss", "x": 0.01, "y": 0.98, "font": {"size": 15}},
-                "margin": {"l": 60, "r": 60, "t": 35, "b": 40},
-                "xaxis": {"title": {"text": "optimizer step"}},
-                "yaxis": {"title": {"text": "loss"}, "type": "log" if log_y else "linear"},
-                "yaxis2": {
-                    "title": {"text": "metric"},
-                    "overlaying": "y",
-                    "side": "right",
-                    "showgrid": False,
-                    "visible": False,
-                    "tickformat": ".3~g",
-                },
-                "legend": {"orientation": "h", "x": 0, "y": -0.18, "yanchor": "top"},
+                "margin": MARGIN,
+                "legend": legend_layout(several_runs=False),
                 "uirevision": "loss",  # keep the user's zoom across redraws
                 "template": "plotly_white",
             }
@@ -129,6 +127,7 @@ class LossPlot(LiveFigure, Callback):
         self._traces: dict[tuple[str, str], Any] = {}
         self._raw_traces: dict[tuple[str, str], Any] = {}  # the faint unsmoothed curve behind a smoothed one
         self._several_runs_drawn = False  # the colour scheme the traces have now
+        self._panels_drawn = 0  # metric panels laid out in the figure
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{name}: {count}" for name, count in self.point_counts().items())
@@ -181,7 +180,7 @@ class LossPlot(LiveFigure, Callback):
 
         ``loss`` is the training loss; ``val_loss``/``test_loss`` are evaluation losses; any other
         ``val_<name>``/``test_<name>`` (or a bare ``<name>``, counted as val) is an evaluation metric, drawn
-        on the right axis. Tensors are fine (one ``.item()`` each). Cheap: it only appends; the figure
+        in a panel of its own. Tensors are fine (one ``.item()`` each). Cheap: it only appends; the figure
         redraws on its own timer, and `flush` draws everything now (e.g. after the loop).
 
         Example:
@@ -283,10 +282,12 @@ class LossPlot(LiveFigure, Callback):
         return float(self.smoothing_slider.value)
 
     def point_counts(self) -> dict[str, int]:
-        """Curve name → number of points drawn (the faint raw copies of smoothed curves not counted)."""
+        """Curve ("run split", "run rank 1", "run val accuracy") → number of points drawn (the faint raw
+        copies of smoothed curves not counted). The legend may say less ("val"): curves carry these names as
+        their ``meta``."""
         with self._figure_lock:
             return {
-                trace.name: 0 if trace.x is None else len(trace.x)
+                trace.meta: 0 if trace.x is None else len(trace.x)
                 for trace in self.figure.data
                 if trace.meta != "raw"
             }
@@ -307,35 +308,52 @@ class LossPlot(LiveFigure, Callback):
                 metric_names = dict(self._metric_names)
             if not curves:
                 return
+            panels = sorted(metric_names, key=metric_names.__getitem__)
             order = {name: i for i, name in enumerate(self._runs)}
             curves.sort(key=lambda c: (order[c[0].name], curve_order(c[1])))
             smoothing = self.smoothing
             with self.figure.batch_update():
+                if len(panels) != self._panels_drawn:  # a new metric: its panel, the figure a row taller
+                    titles = [metric_label(name) for name in panels]
+                    self.figure.update_layout(panel_layout(titles, loss_height=self._loss_height))
+                    self._panels_drawn = len(panels)
+                if several != self._several_runs_drawn:
+                    self.figure.update_layout(legend=legend_layout(several_runs=several))
                 for run, split, x, y in curves:
                     style = curve_style(run.color, split, several=several, metric_names=metric_names)
+                    legend = legend_entry(run.name, split, several=several)
                     trace = self._traces.get((run.name, split))
                     if trace is None:
                         if len(x) == 0:
                             continue
-                        trace = self._add_trace(run, split, style)
+                        trace = self._add_trace(run, split, style, legend)
                     elif several != self._several_runs_drawn:
-                        restyle(trace, style)
+                        restyle(trace, style, legend)
                     if smoothed(split):
-                        self._draw_smoothed(run, split, style, trace, x, y, smoothing)
+                        self._draw_smoothed(run, split, style, legend["legendgroup"], trace, x, y, smoothing)
                     else:
                         trace.x, trace.y = x, y
                 self._several_runs_drawn = several
 
     def _draw_smoothed(
-        self, run: _Run, split: str, style: dict[str, Any], trace: Any, x: Any, y: Any, smoothing: float
+        self,
+        run: _Run,
+        split: str,
+        style: dict[str, Any],
+        group: str,
+        trace: Any,
+        x: Any,
+        y: Any,
+        smoothing: float,
     ) -> None:
-        """The curve smoothed in `trace`, and the raw one faint behind it (hidden at smoothing 0)."""
+        """The curve smoothed in `trace`, and the raw one faint behind it (hidden at smoothing 0; it hides
+        with its curve's legend `group`)."""
         raw = self._raw_traces.get((run.name, split))
         if raw is None:
             self.figure.add_scatter(
                 name=f"{run.name} {split} raw",
                 meta="raw",
-                legendgroup=run.name,
+                legendgroup=group,
                 showlegend=False,
                 mode="lines",
                 line={"color": style["color"], "width": 1},
@@ -345,22 +363,20 @@ class LossPlot(LiveFigure, Callback):
             raw = self.figure.data[-1]
             self._raw_traces[(run.name, split)] = raw
         else:
-            raw.line.color = style["color"]
+            raw.line.color, raw.legendgroup = style["color"], group
         raw.visible = smoothing > 0
         raw.x, raw.y = x, y
         trace.x, trace.y = x, ema(y, smoothing)
 
-    def _add_trace(self, run: _Run, split: str, style: dict[str, Any]) -> Any:
-        if style["yaxis"] == "y2":  # an evaluation metric: the right axis
-            self.figure.layout.yaxis2.visible = True
+    def _add_trace(self, run: _Run, split: str, style: dict[str, Any], legend: dict[str, Any]) -> Any:
         self.figure.add_scatter(
-            name=f"{run.name} {split}",
-            legendgroup=run.name,
+            meta=f"{run.name} {split}",
+            xaxis=style["xaxis"],
             yaxis=style["yaxis"],
             hovertemplate=f"{run.name} {split}<br>step %{{x:.0f}}<br>%{{y:.4g}}<extra></extra>",
         )
         trace = self.figure.data[-1]
-        restyle(trace, style)
+        restyle(trace, style, legend)
         self._traces[(run.name, split)] = trace
         return trace
 
