@@ -215,6 +215,7 @@ def _assert_dashboard_shows_what_the_kernel_holds(page, name: str) -> dict[str, 
     expected = ast.literal_eval(line.split("points in the loss plot:", 1)[1].strip().splitlines()[0])
     dashboard = page.locator(".workbench-dashboard")
     assert dashboard.count() == 1, "the Dashboard widget is not in the page"
+    page.set_viewport_size({"width": 1400, "height": 4000})  # the whole Dashboard, no toolbar over its top
     dashboard.scroll_into_view_if_needed()
     dashboard.screenshot(path=str(ARTIFACTS / f"{name}_dashboard.png"))
     in_page = dashboard.locator(".js-plotly-plot").first.evaluate(  # the curves, not their faint raw copies

@@ -18,6 +18,25 @@ def test_digits_is_sklearns_bundled_set_scaled_to_unit_range():
     assert repr(data) == "Dataset('digits', 1797 samples, features (1, 8, 8) float32, 10 classes)"
 
 
+def test_digits_read_from_sklearns_file_equal_load_digits_without_importing_sklearn(monkeypatch):
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from workbench.data import datasets
+
+    raw, data = load_digits(), load_dataset("digits")
+    assert torch.equal(data.features, torch.from_numpy(raw.images.astype("float32") / 16.0).unsqueeze(1))
+    assert torch.equal(data.targets, torch.from_numpy(raw.target.astype("int64")))
+    imported = "import sys, workbench.data as d; d.load_dataset('digits'); print('sklearn' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", imported], capture_output=True, text=True).stdout == "False\n"
+    )
+    monkeypatch.setattr(datasets.importlib.util, "find_spec", lambda name: None)  # a layout we do not know
+    assert torch.equal(load_dataset("digits").features, data.features)  # scikit-learn's loader, then
+
+
 def test_regression_default_is_one_million_by_ten():
     data = load_dataset("regression")
     assert data.features.shape == (1_000_000, 10) and data.targets.shape == (1_000_000, 1)
