@@ -2,7 +2,8 @@
 #   make lab    set up .venv, install the `workbench` kernelspec, open the tutorials in JupyterLab
 #   make test   set up .venv from the lock file and run every test and notebook (ruff, import layers,
 #               pytest, nbval, the built wheel in a venv of its own)
-#   (also: make install, lint, clean, lock, test-lowest, screenshots: the tour pictures (README, docs/tour.md), and
+#   (also: make install, lint, clean, lock, test-lowest, screenshots: the tour pictures (README, docs/tour.md),
+#   figures: pictures of each notebook's plots in its outputs (GitHub, nbviewer), and
 #   gpu-wheels / gpu-check: the offline GPU check, below)
 #
 # make test installs exactly requirements/lock.txt (hashed); make lab resolves the project's ranges as a
@@ -63,7 +64,7 @@ export WORKBENCH_REQUIRE_TOOLCHAIN := 1
 export WORKBENCH_REQUIRE_MPIRUN := 1
 export WORKBENCH_REQUIRE_SLURM := 1
 
-.PHONY: lab test test-lowest install lint lock screenshots system clean gpu-wheels gpu-check
+.PHONY: lab test test-lowest install lint lock screenshots figures system clean gpu-wheels gpu-check
 
 comma := ,
 
@@ -89,6 +90,10 @@ TOUR := 02_optimizers_dashboard.png 03_data_parallel_dashboard.png 04_model_para
 screenshots: $(STAMP) system
 	$(BIN)/python -m pytest tests/browser -k "02_optimizers or 03_data_parallel or 04_model_parallel"
 	mkdir -p docs/tour && cd artifacts/browser && cp $(TOUR) ../../docs/tour/
+
+# Pictures of every notebook's plots, stored in its outputs for GitHub and nbviewer (tests/browser/stored_figures.py)
+figures: $(STAMP) system
+	WORKBENCH_STORE_FIGURES=1 $(BIN)/python -m pytest tests/browser/test_notebook_in_browser.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,12 +1,15 @@
 """The tutorial path: every notebook in notebooks/ is collected by nbval (none silently skipped), and every
 exercise comes with an answer a learner can open."""
 
+import base64
+import io
 import re
 import subprocess
 import sys
 
 import nbformat
 
+from tests.browser.stored_figures import is_figure
 from tests.conftest import REPO
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -42,8 +45,45 @@ def test_notebooks_store_no_widget_state_and_stay_small():
     for path in NOTEBOOKS:
         notebook = nbformat.read(path, as_version=4)
         assert "widgets" not in notebook.metadata, f"{path.name} stores widget state (clear it before saving)"
+        pictures = sum(len(picture) for _, picture in _stored_figures(notebook))
         # 110 kB: 03 holds four ranks' stored output for each %%ranks cell (104 kB); split a notebook past it
-        assert path.stat().st_size < 110_000, f"{path.name} is {path.stat().st_size:,} bytes"
+        text = path.stat().st_size - pictures
+        assert text < 110_000, f"{path.name} is {text:,} bytes besides its pictures"
+        assert pictures < 900_000, f"{path.name} stores {pictures:,} bytes of pictures"
+
+
+def test_stored_prompts_never_read_as_a_finished_run_all():
+    """The browser tests take prompts [1], [2], … [n] in order as "Run All finished": stored ones must not."""
+    for path in NOTEBOOKS:
+        code = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+        counts = [cell.execution_count for cell in code]
+        assert counts != list(range(1, len(code) + 1)), f"{path.name} stores the prompts of a whole Run All"
+
+
+def test_every_notebook_stores_pictures_of_its_plots_for_readers_on_github():
+    """GitHub and nbviewer run no widget: `make figures` stores a JPEG of each cell's plots beside them."""
+    from PIL import Image
+
+    for path in NOTEBOOKS:
+        notebook = nbformat.read(path, as_version=4)
+        figures = _stored_figures(notebook)
+        assert figures, f"{path.name} stores no picture of its plots: run `make figures`"
+        for cell, picture in figures:
+            assert "# NBVAL_CHECK_OUTPUT" not in cell.source, f"{path.name}: a picture in a checked cell"
+            assert isinstance(cell.execution_count, int), f"{path.name}: nbval refuses outputs with no number"
+            image = Image.open(io.BytesIO(base64.b64decode(picture)))
+            assert image.format == "JPEG" and image.width <= 760 and image.height > 100, (path.name, image)
+
+
+def _stored_figures(notebook) -> list[tuple[object, str]]:
+    """(cell, base64 JPEG) of each picture `make figures` stored (tests/browser/stored_figures.py)."""
+    return [
+        (cell, output["data"]["image/jpeg"])
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if is_figure(output)
+    ]
 
 
 def _exercises(notebook) -> tuple[int, list[str]] | None:

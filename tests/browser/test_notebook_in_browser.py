@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import ast
 import itertools
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.browser.jupyterlab import ARTIFACTS, EMPTY_PLOTS_JS, REPO, NotebookRuns, errors_in_page
+from tests.browser.stored_figures import store_figures
 
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
 
@@ -64,6 +66,8 @@ def _check_page(page, received: list[int], notebook: str) -> None:
     check = EXTRA_CHECKS.get(notebook)
     if check is not None:
         check(page)
+    if os.environ.get("WORKBENCH_STORE_FIGURES"):  # make figures: the pictures GitHub and nbviewer show
+        store_figures(page, REPO / "notebooks" / notebook)
 
 
 def _check_exercises_wait(page, notebook: str) -> None:

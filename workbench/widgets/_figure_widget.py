@@ -234,11 +234,17 @@ export default async () => {
         // plotly's view draws at the width of a div not yet in the page: 700 px, whatever the notebook's
         // column. Resize with its container (the figure is `responsive`, so plotly.js has a handler for it)
         let width = 0;
-        const resized = new ResizeObserver(([entry]) => {
-          const now = Math.round(entry.contentRect.width);
-          if (now > 0 && now !== width && el._responsiveChartHandler) el._responsiveChartHandler();
+        const fit = () => {
+          const now = Math.round(el.getBoundingClientRect().width);
+          if (!token.active || now === 0 || now === width) return;
+          if (!el._responsiveChartHandler) {  // plotly.js has not drawn yet: look again soon
+            setTimeout(fit, 100);
+            return;
+          }
           width = now;
-        });
+          el._responsiveChartHandler();
+        };
+        const resized = new ResizeObserver(fit);
         resized.observe(el);
         view = {
           stop: () => {

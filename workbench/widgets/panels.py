@@ -60,7 +60,7 @@ def panel_layout(metrics: list[str], *, loss_height: int) -> dict[str, Any]:
         x, y = metric_axis(index)
         layout[f"xaxis{x[1:]}"] = {"domain": [left, left + width], "anchor": y, "matches": "x"}
         domain = [fraction(bottom), fraction(top)]
-        layout[f"yaxis{y[1:]}"] = {"domain": domain, "anchor": x, "tickformat": ".3~g"}
+        layout[f"yaxis{y[1:]}"] = {"domain": domain, "anchor": x}
         layout["annotations"].append(
             {
                 "text": name,
