@@ -86,9 +86,9 @@ test: $(LOCKED_STAMP) system
 install: $(STAMP)
 
 # The tour pictures (README, docs/tour.md): the browser test runs the notebooks and crops their dashboards.
-TOUR := 02_optimizers_dashboard.png 03_data_parallel_dashboard.png 04_model_parallel_dashboard.png
+TOUR := 02_optimizers_dashboard.png 03_data_parallel_dashboard.png 04b_model_parallel_dashboard.png
 screenshots: $(STAMP) system
-	$(BIN)/python -m pytest tests/browser -k "02_optimizers or 03_data_parallel or 04_model_parallel"
+	$(BIN)/python -m pytest tests/browser -k "02_optimizers or 03_data_parallel or 04b_model_parallel"
 	mkdir -p docs/tour && cd artifacts/browser && cp $(TOUR) ../../docs/tour/
 
 # Pictures of every notebook's plots, stored in its outputs for GitHub and nbviewer (tests/browser/stored_figures.py)

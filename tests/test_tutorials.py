@@ -62,7 +62,7 @@ def test_the_command_says_how_to_get_jupyterlab_and_the_kernel_when_missing(tmp_
     monkeypatch.setattr(tutorials_command, "_jupyter_kernels", lambda: {"python3"})
     assert cli.main(["tutorials", str(tmp_path / "t")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"10 tutorial notebooks copied into {tmp_path / 't'}")
+    assert out[0].startswith(f"11 tutorial notebooks copied into {tmp_path / 't'}")
     assert out[1:] == [
         f"open them:  jupyter lab {tmp_path / 't'}",
         "JupyterLab is not installed here: pip install 'gpu-training-workbench[lab]'",

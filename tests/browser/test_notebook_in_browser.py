@@ -150,12 +150,21 @@ def _step_time_bars(dashboard) -> list[str] | None:
     )
 
 
+def _check_sharded_data_parallel(page) -> None:
+    """One finished dashboard (FSDP) with a memory plot and a bar per rank of where the time goes."""
+    _check_dashboards(page, 1, pipeline=None)
+
+
 def _check_model_parallel(page) -> None:
-    """Three finished dashboards (FSDP, pipeline, tensor), each with a memory plot and a bar per rank of where
-    the time goes; the pipeline timeline."""
+    """Two finished dashboards (pipeline, tensor), each with a memory plot and a bar per rank of where the
+    time goes; the pipeline's timeline."""
+    _check_dashboards(page, 2, pipeline=0)
+
+
+def _check_dashboards(page, count: int, pipeline: int | None) -> None:
     dashboards = page.locator(".workbench-dashboard")
-    assert dashboards.count() == 3, f"{dashboards.count()} dashboards in the page"
-    for index in range(3):
+    assert dashboards.count() == count, f"{dashboards.count()} dashboards in the page"
+    for index in range(count):
         dashboard = dashboards.nth(index)
         dashboard.scroll_into_view_if_needed()
         bar = dashboard.locator(".progress-bar").first.evaluate("bar => bar.style.width")
@@ -166,9 +175,9 @@ def _check_model_parallel(page) -> None:
         assert any("memory per rank" in t for t in titles), f"dashboard {index} has no memory plot: {titles}"
         bars = _step_time_bars(dashboard)
         assert bars == ["rank 0", "rank 1"], f"dashboard {index}: where the time goes: bars {bars}"
-        if index == 1:
+        if index == pipeline:
             assert any("bubble" in t and "measured" in t for t in titles), f"no pipeline timeline: {titles}"
-            dashboard.screenshot(path=str(ARTIFACTS / "04_model_parallel_dashboard.png"))
+            dashboard.screenshot(path=str(ARTIFACTS / "04b_model_parallel_dashboard.png"))
 
 
 def _check_your_own_model(page) -> None:
@@ -193,19 +202,22 @@ def _check_where_the_time_goes(page) -> None:
 EXTRA_CHECKS = {
     "02_optimizers.ipynb": _check_optimizers,
     "03_data_parallel.ipynb": _check_data_parallel,
-    "04_model_parallel.ipynb": _check_model_parallel,
+    "04a_sharded_data_parallel.ipynb": _check_sharded_data_parallel,
+    "04b_model_parallel.ipynb": _check_model_parallel,
     "06_hardware_and_estimates.ipynb": _check_hardware,
     "08_your_own_model.ipynb": _check_your_own_model,
     "09_where_the_time_goes.ipynb": _check_where_the_time_goes,
 }
-# plots each notebook shows at least (02: four loss plots; 04: three dashboards of loss, devices and memory,
-# the pipeline's timeline, estimate, single-process memory, bubble, activations, a timeline, all runs, memory
-# summary; 06: inspector, memory, roofline, estimator; 08: the files, the dashboard's loss and devices, the
-# hand-written loop's loss plot and device monitor; 09: the two breakdowns)
+# plots each notebook shows at least (02: four loss plots; 04a: the estimate, single-process memory, a
+# dashboard's loss, devices and memory, ZeRO's bars, all runs, memory summary; 04b: single-process memory, two
+# dashboards of loss, devices and memory, the pipeline's timeline, bubble, activations, a timeline, all runs,
+# memory summary; 06: inspector, memory, roofline, estimator; 08: the files, the dashboard's loss and devices,
+# the hand-written loop's loss plot and device monitor; 09: the two breakdowns)
 MIN_PLOTS = {
     "02_optimizers.ipynb": 4,
     "03_data_parallel.ipynb": 3,
-    "04_model_parallel.ipynb": 17,
+    "04a_sharded_data_parallel.ipynb": 10,
+    "04b_model_parallel.ipynb": 17,
     "06_hardware_and_estimates.ipynb": 4,
     "08_your_own_model.ipynb": 5,
     "09_where_the_time_goes.ipynb": 2,

@@ -1,5 +1,5 @@
-"""Notebook 04's pipeline-schedule exercise: on the simulated clock the bubble formula holds exactly for GPipe
-and 1F1B, and the usual slips are named."""
+"""Notebook 04b's pipeline-schedule exercise: on the simulated clock the bubble formula holds exactly for
+GPipe and 1F1B, and the usual slips are named."""
 
 from fractions import Fraction
 

@@ -1,4 +1,4 @@
-"""Notebook 04's "split the MLP yourself" check: the right answer passes, each classic slip is named."""
+"""Notebook 04b's "split the MLP yourself" check: the right answer passes, each classic slip is named."""
 
 import pytest
 import torch

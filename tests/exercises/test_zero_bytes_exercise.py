@@ -1,4 +1,4 @@
-"""Notebook 04's ZeRO exercise: the count per stage, and each slip named with the stage and the formula."""
+"""Notebook 04a's ZeRO exercise: the count per stage, and each slip named with the stage and the formula."""
 
 import pytest
 

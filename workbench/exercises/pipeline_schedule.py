@@ -1,4 +1,4 @@
-"""Notebook 04's exercise: pipeline schedules on a simulated clock, where the bubble formula holds exactly.
+"""Notebook 04b's exercise: pipeline schedules on a simulated clock, where the bubble formula holds exactly.
 
 A schedule says, for each of the `p` stages, the order in which it runs its ``2m`` operations: ``("F", k)``
 is micro-batch `k`'s forward on that stage, ``("B", k)`` its backward. `simulate` runs one on a clock where

@@ -1,4 +1,4 @@
-"""Notebook 04's exercise: compute a Megatron-style tensor-parallel MLP from its shards, as the ranks would.
+"""Notebook 04b's exercise: compute a Megatron-style tensor-parallel MLP from its shards, as the ranks would.
 
 The MLP is ``gelu(x @ w1.T + b1) @ w2.T + b2``. Tensor parallel over `n` ranks splits ``w1`` (and ``b1``)
 by rows, its output features: **column-parallel**, rank ``i`` computes its own slice of the hidden layer,

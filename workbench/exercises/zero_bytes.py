@@ -1,4 +1,4 @@
-"""Notebook 04's exercise: what one rank holds between training steps at each ZeRO stage.
+"""Notebook 04a's exercise: what one rank holds between training steps at each ZeRO stage.
 
 With `P` bytes of fp32 parameters and AdamW (two moments: `2P`) on `N` ranks, a learner's
 ``bytes_between_steps(P, N, stage)`` counts, for stages 0 (plain DDP) to 3, the parameters, the gradients
