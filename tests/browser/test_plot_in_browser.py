@@ -169,3 +169,82 @@ def test_the_loss_plot_reads_at_a_glance_in_a_1000_px_column_with_1_2_and_8_rank
     assert two["legend"] == eight["legend"] == ["train", "val", "test", "each rank"], eight["legend"]
     assert eight["width"] >= 0.9 * one["width"] and two["width"] >= 0.9 * one["width"], (one, two, eight)
     assert runs["width"] >= 0.75 * one["width"], runs  # two runs: a legend column, each run's name above
+
+
+DRAW_THEN_SHOW = [
+    """\
+import time
+
+import ipywidgets
+
+from workbench.widgets import DeviceMonitor
+
+
+def sample(t):
+    cpu = {"percent": 50.0, "per_core": [], "ram_used": 1, "ram_total": 4}
+    return {"time": 100.0 + t, "gpus": [], "cpu": cpu}
+
+
+early = DeviceMonitor()
+for t in range(3):
+    early.update(sample(t))
+early.flush()  # drawn while the page still loads plotly's bundle
+time.sleep(8)  # the bundle has loaded before anything shows the plot
+""",
+    """\
+late = DeviceMonitor()  # the page binds its module 3 s after the model was made
+for t in range(3):
+    late.update(sample(t))
+late.flush()
+ipywidgets.VBox([early.widget, late.widget])  # a layout of one's own: the page has only the models' state
+""",
+    """\
+for monitor in (early, late):
+    monitor.update(sample(3))
+    monitor.stop()
+print(early.point_counts(), late.point_counts())
+""",
+]
+# A page too busy to bind a plot's module within 2 s of its model's creation, made repeatable: every plot's
+# module but the first is evaluated 3 s late (anywidget then used to drop every message to that model).
+SLOW_MODULES_JS = """(() => {
+    const create = URL.createObjectURL.bind(URL);
+    let modules = 0;
+    URL.createObjectURL = (object) => {
+        if (!(object instanceof Blob) || object.type !== "text/javascript" || object.size > 1e6) {
+            return create(object);
+        }
+        modules += 1;
+        if (modules === 1) return create(object);
+        globalThis.slowedModules = (globalThis.slowedModules || 0) + 1;
+        const wait = "await new Promise(resolve => setTimeout(resolve, 3000));\\n";
+        return create(new Blob([wait, object], { type: object.type }));
+    };
+})()"""
+
+
+def test_plots_drawn_before_the_page_could_show_them_keep_every_point(lab, page):
+    """Two ways a busy page lost a plot for good. (1) The edits that arrive while plotly's bundle loads must
+    reach plotly's model, not only the views waiting then: a view opened later (or drawn again) starts from
+    the model's state, and drew an empty plot whose later edits failed. (2) anywidget drops every message
+    to a model whose module binds over 2 s after the model was made (a page busy evaluating the bundle)."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in DRAW_THEN_SHOW]
+    notebook.metadata["kernelspec"] = {"name": "workbench", "display_name": "Python (workbench)"}
+    nbformat.write(notebook, lab.notebooks / "draw_then_show.ipynb")
+    page.add_init_script(SLOW_BUNDLE_JS)
+    page.add_init_script(SLOW_MODULES_JS)
+    uncaught = []
+    page.on("pageerror", lambda error: uncaught.append(str(error)))
+    start_run_all(page, lab.url, "draw_then_show.ipynb")
+    wait_for_run_all(page, lab, "draw_then_show.ipynb", timeout_s=300)
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length === 2", timeout=60_000)
+    time.sleep(1.0)  # the last edit's draw (a view draws edits at most every 300 ms)
+    assert page.evaluate("[globalThis.slowedBundles, globalThis.slowedModules]") == [1, 1], "nothing slowed"
+    drawn = page.locator(".js-plotly-plot").evaluate_all(
+        "all => all.map(plot => Object.fromEntries((plot.data || []).map(t => [t.name, (t.x || []).length])))"
+    )
+    printed = page.locator(".jp-OutputArea-output").last.inner_text()
+    assert errors_in_page(page) == [] and uncaught == []
+    assert printed.strip() == "{'CPU': 4, 'RAM': 4} {'CPU': 4, 'RAM': 4}"
+    assert drawn == [{"CPU": 4, "RAM": 4}] * 2, "the page lost what the kernel drew before showing the plots"

@@ -9,19 +9,23 @@ The first plot in a page imports the bundle from it; every later plot reuses the
 the kernel is needed, so plots still draw while a cell keeps the kernel busy (Run All, a blocking fit).
 A view draws again when the whole figure arrives after it drew (see `sync_figure_for_display`), and fits the
 width of the notebook's column (plotly's view drew every plot 700 px wide).
-anywidget (0.11) drops every later message of a model whose `initialize` takes over 2 s, and the bundle
-can take longer to load (a busy 2-core machine): so `initialize` returns at once, and the edits a plot
-receives while the bundle loads (a Dashboard started before it is shown draws at once) are kept in order
-and replayed by each view that draws once it has loaded (plotly's model applies edits to its state only
-from when it listens); plotly applies each edit as a delta, so one lost edit would leave the plot empty for
-good. A view merges the restyles, relayouts and updates that come while it waits to draw and draws them as
+anywidget (0.11) drops every message to a model whose module has not bound 2 s after the model was made,
+and the bundle can take longer to load (a busy 2-core machine): so `initialize` returns at once, the edits
+a plot receives while the bundle loads (a Dashboard started before it is shown draws at once) are kept in
+order and given to plotly's model once it listens (it applies edits to its state only from then), before
+any view draws from that state; plotly applies each edit as a delta, so one lost edit would leave the plot
+empty for good (replayed only to the views waiting then, a view opened later or drawn again drew an empty
+plot). A page busy for over 2 s (the bundle evaluating on a loaded machine) still lost plots made just
+before: the loader gives anywidget's models 60 s instead, and waits until the plots made with the first
+have bound before it imports the bundle.
+A view merges the restyles, relayouts and updates that come while it waits to draw and draws them as
 one update, at most every 100 ms and every 4× its last draw's cost, but at least every 300 ms: a page slower
 than the kernel's redraws (a Dashboard on 2 busy cores) otherwise fell further behind with every edit, and
 the answer to every click waited behind that backlog (30 s after 100 s of training). The 300 ms bound keeps
 the plot within about a second of the status line when draws get slow (8× with no bound: up to 1.9 s).
 
     >>> figure = FigureWidget()
-    >>> len(figure._esm) < 12000 < len(bundle_model().bundle)
+    >>> len(figure._esm) < 16000 < len(bundle_model().bundle)
     True
     >>> figure._bundle_model == bundle_model().model_id
     True
@@ -42,11 +46,31 @@ BUNDLE = Path(plotly.__file__).parent / "package_data" / "widgetbundle.js"
 _KEY = f"workbench.plotly-widget-bundle/{plotly.__version__}/{BUNDLE.stat().st_size}"
 _LOADER = """
 const KEY = Symbol.for("__KEY__");
+// Each plot imports this module anew: what plots share lives on globalThis under these keys
+const PATIENT = Symbol.for("workbench.anywidget-patience");
+const BOUND = Symbol.for("workbench.plotly-widget-bound");  // when a plot last bound this module
+const QUIET_MS = 200;
+
+// anywidget (0.11) gives each model 2 s from its creation to bind its module (`AbortSignal.timeout(2000)` in
+// its runtime), then drops every message to that model for good: a page busy for longer (plotly's bundle
+// evaluating on a loaded 2-core machine, three notebooks at once) kept a plot empty. Its models get 60 s
+if (!AbortSignal[PATIENT]) {
+  const timeout = AbortSignal.timeout.bind(AbortSignal);
+  const anywidgets = (stack) => /anywidget/.test(stack || "");
+  AbortSignal.timeout = (ms) => timeout(ms === 2000 && anywidgets(new Error().stack) ? 60000 : ms);
+  AbortSignal[PATIENT] = true;
+}
 
 function plotlyWidget(model) {
   let loading = globalThis[KEY];
   if (!loading) {
     loading = (async () => {
+      // the plots made before this module patched the timeout bind first: evaluating the bundle blocks the
+      // page (seconds on a slow machine), so wait until no plot bound for QUIET_MS (2 s at most)
+      const started = performance.now();
+      while (performance.now() - (globalThis[BOUND] || 0) < QUIET_MS && performance.now() - started < 2000) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
       const carrier = await model.widget_manager.get_model(model.get("_bundle_model"));
       const url = URL.createObjectURL(new Blob([carrier.get("bundle")], { type: "text/javascript" }));
       try {
@@ -75,6 +99,18 @@ const MIN_DRAW_INTERVAL_MS = 100;
 const MAX_DRAW_INTERVAL_MS = 300;
 const COALESCED = ["restyle", "relayout", "update"].map((edit) => `change:_py2js_${edit}`);
 let replaying = null;  // the edit plotly's model or view reads now (see the model's proxy)
+let modelReads = false;  // plotly's model applies an edit now (see the model's proxy)
+
+// An edit as plotly's model should apply it: Python's "_undefined_" ("leave this trace's value as it is", an
+// entry of a style's per-trace list) read as undefined, as plotly's deserializer gives its views; its model
+// reads edits raw and stored the string (`"line": "_undefined_"`): a view drawn later from it failed
+function withoutUndefined(edit) {
+  if (!edit || typeof edit !== "object") return edit;
+  const clean = (style) => Object.fromEntries(Object.entries(style).map(([key, value]) => [
+    key, Array.isArray(value) ? value.map((one) => (one === "_undefined_" ? undefined : one)) : value]));
+  const styles = ["style_data", "restyle_data"].filter((name) => edit[name]);
+  return Object.assign({ ...edit }, ...styles.map((name) => ({ [name]: clean(edit[name]) })));
+}
 
 function follow(view, name, value) {
   replaying = { name, value };
@@ -164,12 +200,14 @@ export default async () => {
   let drawing = null;  // the view whose render is registering listeners now
   let ready;  // settles once plotly's model follows this model
   const queued = [];  // the edits since the latest whole figure, while the bundle loads
+  const modelView = { followers: {} };  // plotly's model's own listeners: it keeps the state views draw
   return {
     initialize(context) {
       // anywidget (0.11) drops every later message of a model whose initialize takes over 2 s, and
-      // plotly's bundle can take longer to load: return at once, keep the edits that come meanwhile for
-      // the views to draw them (plotly's model applies edits to its state only once it listens)
+      // plotly's bundle can take longer to load: return at once, keep the edits that come meanwhile and
+      // give them to plotly's model once it listens (it applies edits to the state every view draws from)
       const target = context.model;
+      globalThis[BOUND] = performance.now();
       const keepers = [
         ...EDITS.map((name) => [`change:${name}`, () => queued.push({ name, value: target.get(name) })]),
         ...WHOLE.map((name) => [`change:${name}`, () => queued.splice(0)]),
@@ -181,8 +219,16 @@ export default async () => {
           if (property === "on") {
             return (event, callback, ...rest) => {
               const view = drawing;
-              if (view) (view.followers[event] ||= []).push(callback);
-              const guarded = (...args) => (view && !view.active ? undefined : callback(...args));
+              const read = view ? callback : (...args) => {
+                modelReads = true;
+                try {
+                  return callback(...args);
+                } finally {
+                  modelReads = false;
+                }
+              };
+              ((view || modelView).followers[event] ||= []).push(read);
+              const guarded = (...args) => (view && !view.active ? undefined : read(...args));
               let listener = guarded;
               if (view && COALESCED.includes(event)) {
                 const name = event.slice("change:".length);
@@ -193,26 +239,33 @@ export default async () => {
               return object.on(event, listener, ...rest);
             };
           }
-          if (property === "get" && replaying) {
+          if (property === "get" && (replaying || modelReads)) {
             const edit = replaying;
-            return (name) => (name === edit.name ? edit.value : object.get(name));
+            const clean = modelReads;
+            return (name) => {
+              const value = edit && name === edit.name ? edit.value : object.get(name);
+              return clean && name.startsWith("_py2js_") ? withoutUndefined(value) : value;
+            };
           }
           const value = object[property];
           return typeof value === "function" ? value.bind(object) : value;
         },
       });
+      const release = () => {
+        for (const [event, keeper] of keepers) target.off(event, keeper);
+      };
       ready = (async () => {
         const definition = await plotlyWidget(target);
         widget = typeof definition === "function" ? await definition() : definition;
         if (widget.initialize) widget.initialize({ ...context, model });
-      })();
-      // the views waiting for the bundle draw (and replay) in microtasks; then stop keeping edits
-      const release = () => setTimeout(() => {
-        for (const [event, keeper] of keepers) target.off(event, keeper);
-        queued.splice(0);
-      });
-      ready.then(release, (error) => {
+        // plotly's model listens from now on: it gets the kept edits, in order, before any view draws, so
+        // a view drawn now or later (another view, a redraw on the whole figure) starts from all of them
         release();
+        for (const edit of queued.splice(0)) follow(modelView, edit.name, edit.value);
+      })();
+      ready.catch((error) => {
+        release();
+        queued.splice(0);
         console.error("workbench: plotly's widget bundle did not load", error);
       });
     },
@@ -253,8 +306,6 @@ export default async () => {
             if (typeof cleanup === "function") cleanup();
           },
         };
-        // what came after the whole figure it drew
-        for (const edit of queued) follow(token, edit.name, edit.value);
       };
       draw();
       // plotly's view draws the state it finds, then follows edits. The whole figure sent when it is shown
