@@ -169,3 +169,11 @@ def test_watched_ranks_are_sampled_by_pid_with_their_gpu_memory_where_nvml_lists
         assert "processes" not in sampler.sample_once()
     finally:
         busy.kill()
+
+
+def test_a_sub_second_run_gets_its_start_and_its_end_so_the_monitor_draws_a_line():
+    sampler = DeviceSampler()  # 0.5 s between samples, as a Dashboard's
+    with sampler:
+        time.sleep(0.45)
+    times = [sample["time"] for sample in sampler.samples()]
+    assert len(times) >= 2 and times[-1] - times[0] >= 0.2, times  # ~0.1 s in, and at the end

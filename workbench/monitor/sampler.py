@@ -15,13 +15,16 @@ from workbench.monitor.readers import NvmlReader, ProcessReader, read_cpu
 
 Sample = dict[str, Any]
 _MAX_ERRORS = 100
+_EDGE_S = 0.1  # the first sample comes this soon, and `stop` samples the end if the last is this old
 
 
 class DeviceSampler:
     """Samples ``{"time", "cpu", "gpus"}`` every `interval` seconds on a daemon thread.
 
-    Nothing runs until `start`; `stop` ends the thread within one interval and shuts NVML (a run stopped
-    before its first tick still gets one sample, covering the time it ran). Samples are
+    Nothing runs until `start`; `stop` ends the thread within one interval and shuts NVML. The first sample
+    comes after 0.1 s (or `interval`, if shorter) and `stop` takes one more of the time since the last, so a
+    sub-second run still draws a line, not a dot (a run stopped before the first tick gets one sample,
+    covering the time it ran). Samples are
     taken on a fixed grid, so slow reads (NVML's PCIe counters take 20 ms each) don't stretch the period;
     ticks missed while a sample overran are skipped. Subscribers are called on the sampler thread after
     each sample; one that raises, or a reader that fails, is reported in `errors` (the last 100) and the
@@ -158,17 +161,17 @@ class DeviceSampler:
     def _run(self, stop: threading.Event) -> None:
         cpu_before, cpu_started = self.cpu_seconds, time.thread_time()
         try:
-            read_cpu()  # prime psutil's counters so the first sample covers one interval
-            due = time.monotonic() + self.interval
-            sampled = False
+            read_cpu()  # prime psutil's counters so the first sample covers the time since
+            due = time.monotonic() + min(self.interval, _EDGE_S)
+            last = None
             while not stop.wait(max(0.0, due - time.monotonic())):
                 self._sample_and_publish()
-                sampled = True
+                last = time.monotonic()
                 self.cpu_seconds = cpu_before + time.thread_time() - cpu_started
                 missed = max(0, math.floor((time.monotonic() - due) / self.interval))
                 due += (missed + 1) * self.interval
-            if not sampled:  # stopped within the first interval: one sample of the time it ran
-                self._sample_and_publish()
+            if last is None or time.monotonic() - last >= min(self.interval, _EDGE_S):
+                self._sample_and_publish()  # the end of the run: the time since the last sample
         finally:
             self.cpu_seconds = cpu_before + time.thread_time() - cpu_started
 
