@@ -36,7 +36,12 @@ AGENT_LOG_LINE = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ torch/distributed/elastic/
 # well as streaming it to the driver, so on a local master it would show twice
 STARTED = re.compile(r"^workbench: rank \d+ of \d+ runs on ")
 # Spark's loggers that repeat a failed task's Python traceback with a Java stack under it
-TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")
+# TaskContextImpl: "Error in TaskCompletionListener" with a Java stack, when a killed rank's task is torn down
+TASK_FAILURE_LOGGERS = (
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.TaskContextImpl",
+)
 
 
 class TorchrunReports:
