@@ -24,8 +24,8 @@ class DeviceSampler:
     Nothing runs until `start`; `stop` ends the thread within one interval and shuts NVML. The first sample
     comes after 0.1 s (or `interval`, if shorter) and `stop` takes one more of the time since the last, so a
     sub-second run still draws a line, not a dot (a run stopped before the first tick gets one sample,
-    covering the time it ran). Samples are
-    taken on a fixed grid, so slow reads (NVML's PCIe counters take 20 ms each) don't stretch the period;
+    covering the time it ran). Samples are taken on a fixed grid, so slow reads (NVML's PCIe counters take
+    20 ms each) don't stretch the period;
     ticks missed while a sample overran are skipped. Subscribers are called on the sampler thread after
     each sample; one that raises, or a reader that fails, is reported in `errors` (the last 100) and the
     sampling goes on. `cpu_seconds` is all the CPU time the thread used, waits and subscribers included.
@@ -162,7 +162,8 @@ class DeviceSampler:
         cpu_before, cpu_started = self.cpu_seconds, time.thread_time()
         try:
             read_cpu()  # prime psutil's counters so the first sample covers the time since
-            due = time.monotonic() + min(self.interval, _EDGE_S)
+            edge = min(self.interval, _EDGE_S)
+            due = time.monotonic() + edge
             last = None
             while not stop.wait(max(0.0, due - time.monotonic())):
                 self._sample_and_publish()
@@ -170,7 +171,7 @@ class DeviceSampler:
                 self.cpu_seconds = cpu_before + time.thread_time() - cpu_started
                 missed = max(0, math.floor((time.monotonic() - due) / self.interval))
                 due += (missed + 1) * self.interval
-            if last is None or time.monotonic() - last >= min(self.interval, _EDGE_S):
+            if last is None or time.monotonic() - last >= edge:
                 self._sample_and_publish()  # the end of the run: the time since the last sample
         finally:
             self.cpu_seconds = cpu_before + time.thread_time() - cpu_started

@@ -203,9 +203,9 @@ export default async () => {
   const modelView = { followers: {} };  // plotly's model's own listeners: it keeps the state views draw
   return {
     initialize(context) {
-      // anywidget (0.11) drops every later message of a model whose initialize takes over 2 s, and
-      // plotly's bundle can take longer to load: return at once, keep the edits that come meanwhile and
-      // give them to plotly's model once it listens (it applies edits to the state every view draws from)
+      // plotly's bundle can take seconds to load, and anywidget waits for this to return before it passes
+      // on any message: return at once, keep the edits that come meanwhile and give them to plotly's model
+      // once it listens (it applies edits to the state every view draws from)
       const target = context.model;
       globalThis[BOUND] = performance.now();
       const keepers = [
