@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,7 +51,7 @@ EMPTY_PLOTS_JS = """plots => plots.filter(plot => {
 })"""
 
 
-def _chromium() -> str:
+def chromium_executable() -> str:
     path = os.environ.get("WORKBENCH_CHROMIUM") or "/usr/bin/chromium"
     if not os.access(path, os.X_OK):
         if os.environ.get("WORKBENCH_CHROMIUM"):
@@ -70,13 +72,18 @@ class Lab:
 def lab(tmp_path_factory, free_port):
     """A JupyterLab server on a copy of notebooks/ (JupyterLab's settings from this environment, so the
     news pop-up is off as under `make lab`); yields a `Lab`."""
-    root = tmp_path_factory.mktemp("lab")
+    with running_lab(tmp_path_factory.mktemp("lab"), free_port()) as running:
+        yield running
+
+
+@contextmanager
+def running_lab(root: Path, port: int) -> Iterator[Lab]:
+    """JupyterLab on `port`, serving a copy of notebooks/ under `root`, with settings of its own there."""
     shutil.copytree(REPO / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("runs", ".ipynb_*"))
     # Render every cell (JupyterLab 4 virtualises long notebooks), in a settings folder of our own.
     settings = root / "settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
-    port = free_port()
     command = [
         sys.executable, "-m", "jupyterlab", "--no-browser",
         f"--ServerApp.root_dir={root / 'notebooks'}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
@@ -115,7 +122,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
+        chromium = playwright.chromium.launch(executable_path=chromium_executable(), args=CHROMIUM_FLAGS)
         try:
             yield chromium
         finally:
@@ -135,11 +142,20 @@ def page(browser):
 
 def start_run_all(page, url: str, notebook: str) -> None:
     """Open `notebook` alone, wait for its kernel, press Run ▸ Run All Cells; returns at once."""
+    open_notebook(page, url, notebook)
+    press_run_all(page)
+
+
+def open_notebook(page, url: str, notebook: str) -> None:
+    """Open `notebook` alone and wait until its kernel is connected and idle."""
     page.goto(f"{url}/lab/tree/{notebook}?reset&token={TOKEN}")  # reset: only this notebook open
     page.wait_for_selector(".jp-Notebook", timeout=60_000)
     # Run only once the kernel is connected; earlier, JupyterLab asks "Select Kernel" instead of running.
     page.wait_for_selector("text=Python (workbench) | Idle", timeout=90_000)
     assert page.locator(".jp-Dialog").count() == 0, "a dialog opened (kernel selection?)"
+
+
+def press_run_all(page) -> None:
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
 
