@@ -13,7 +13,8 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 
 def test_the_checked_in_kernelspec_is_valid():
     spec = json.loads((SOURCE_DIR / "kernel.json").read_text())
-    assert spec["argv"][1:] == ["-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    launcher = ["-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    assert spec["argv"][1:] == [*launcher, "--IPKernelApp.extensions=workbench.kernel_preload"]
     assert spec["language"] == "python"
     assert {"logo-32x32.png", "logo-64x64.png"} <= {p.name for p in SOURCE_DIR.iterdir()}
 
