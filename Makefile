@@ -132,10 +132,10 @@ lock: $(STAMP)
 
 # The lowest allowed versions of every direct dependency (torch stays at the pin: the index has no older
 # CPU build), in a venv of their own, on the tests of what their bounds protect: the widgets (plotly,
-# anywidget, ipywidgets), the kernelspec and the kernel's dispatch (ipykernel, jupyter-client) and the
-# numba kernels in the simulator (numba, numba-cuda).
+# anywidget, ipywidgets), the kernelspec, its preloading and the kernel's dispatch (ipykernel,
+# jupyter-client) and the numba kernels in the simulator (numba, numba-cuda).
 LOWEST_VENV := .venv-lowest
-LOWEST_TESTS := tests/widgets tests/test_kernelspec.py tests/kernels
+LOWEST_TESTS := tests/widgets tests/test_kernelspec.py tests/test_kernel_preload.py tests/kernels
 test-lowest: $(LOWEST) $(CONSTRAINTS)
 	rm -rf $(LOWEST_VENV) && $(PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/python -m pip install --quiet $(PIN) torch

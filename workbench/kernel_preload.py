@@ -27,16 +27,17 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-# In the order a tutorial meets them: torch (the device report), plotly's renderers (the first figure),
-# TorchDynamo (the Trainer's optimizer), the trainer and the widgets.
+# In the order the tour meets them: torch, the trainer and TorchDynamo (torch's optimizers import it on first
+# use) for its first cell that trains, the widgets (plotly's FigureWidget imports plotly's renderers) for its
+# Dashboard, plotly.express for its first figure.
 PRELOADED = (
     "torch",
-    "plotly.express",
-    "plotly.io._renderers",
-    "torch._dynamo",
     "workbench.train",
     "workbench.presets",
+    "torch._dynamo",
     "workbench.widgets",
+    "plotly.express",
+    "plotly.io._renderers",
 )
 SWITCH = "WORKBENCH_PRELOAD"
 DELAY_S = 1.0  # a cell sent as the kernel starts (nbval, Run All at once) comes first

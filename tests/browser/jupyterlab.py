@@ -258,14 +258,18 @@ def wait_until_all_ran(page, code_cells: int, timeout_s: float) -> None:
     )
 
 
+def sessions_of(url: str, notebook: str) -> list[dict]:
+    """The lab's sessions (each with its kernel's state) of `notebook`."""
+    with urllib.request.urlopen(f"{url}/api/sessions?token={TOKEN}", timeout=10) as answer:
+        return [session for session in json.loads(answer.read()) if session["path"] == notebook]
+
+
 def wait_until_kernel_quiet(lab: Lab, notebook: str, timeout_s: float, quiet_s: float = 3.0) -> None:
     """Until the kernel of `notebook`'s session is idle and ran no cell for `quiet_s` seconds (Run All sends
     every cell at once, so between two cells the kernel is idle for milliseconds only)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        with urllib.request.urlopen(f"{lab.url}/api/sessions?token={TOKEN}", timeout=10) as answer:
-            sessions = json.loads(answer.read())
-        kernel = next(s["kernel"] for s in sessions if s["path"] == notebook)
+        kernel = sessions_of(lab.url, notebook)[0]["kernel"]
         quiet = datetime.now(UTC) - datetime.fromisoformat(kernel["last_activity"].replace("Z", "+00:00"))
         if kernel["execution_state"] == "idle" and quiet.total_seconds() >= quiet_s:
             return
