@@ -47,9 +47,15 @@ _LOG = logging.getLogger(__name__)
 class Preloader:
     """Imports `modules` one per call of `schedule`'d turns until all are imported or a cell starts."""
 
-    def __init__(self, modules: Iterable[str], schedule: Callable[[Callable[[], None]], Any]) -> None:
+    def __init__(
+        self,
+        modules: Iterable[str],
+        schedule: Callable[[Callable[[], None]], Any],
+        log: logging.Logger = _LOG,
+    ) -> None:
         self._pending = list(modules)
         self._schedule = schedule
+        self._log = log
         self.imported: list[str] = []
 
     def start(self) -> None:
@@ -67,8 +73,8 @@ class Preloader:
         name = self._pending.pop(0)
         try:
             importlib.import_module(name)
-        except Exception as error:  # the cell that imports it shows the error; the kernel log says why here
-            _LOG.warning("workbench: not imported ahead: %s (%s: %s)", name, type(error).__name__, error)
+        except Exception as error:  # the cell that imports it shows the error; the kernel's log says why here
+            self._log.warning("workbench: not imported ahead: %s (%s: %s)", name, type(error).__name__, error)
             self._pending.clear()
             return
         self.imported.append(name)
@@ -82,6 +88,7 @@ def load_ipython_extension(ipython: Any) -> None:
     from tornado.ioloop import IOLoop
 
     loop = IOLoop.current()
-    preloader = Preloader(PRELOADED, lambda step: loop.call_later(0.01, step))
+    # the kernel's log goes to Jupyter's terminal (a warning on the cells' stderr would reach no cell)
+    preloader = Preloader(PRELOADED, lambda step: loop.call_later(0.01, step), log=ipython.kernel.log)
     ipython.events.register("pre_run_cell", preloader.cell_started)
     loop.call_later(DELAY_S, preloader.start)
