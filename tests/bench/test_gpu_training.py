@@ -25,8 +25,12 @@ def test_the_trainer_against_a_hand_loop_and_the_breakdown():
 
 
 def test_the_dashboard_against_the_trainer_alone():
-    (check,) = gpu_training.dashboard_overhead(samples=64, device="cpu", width=16)
-    assert check.name.startswith("Trainer + Dashboard") and check.value > 0 and check.target == "<= 1.02"
+    per_step, per_fit = gpu_training.dashboard_overhead(samples=128, device="cpu", width=16, precision="fp32")
+    assert per_step.name.startswith("Trainer + Dashboard per step") and per_step.target == "<= 1.02"
+    assert per_step.value > 0 and "fits of 1 and 4 steps" in per_step.detail
+    assert (
+        per_fit.name.startswith("Dashboard once per fit") and per_fit.unit == "ms" and per_fit.passed is None
+    )
 
 
 def test_the_input_paths():

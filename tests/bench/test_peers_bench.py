@@ -31,3 +31,13 @@ def test_the_command_prints_each_loop_as_a_ratio(capsys):
     assert "1.000 (1.00–1.00)" in rows["hand-written"]
     assert "≤ 1.00" in rows["workbench Trainer"]
     assert "Tip" not in out and "stopped" not in out  # the peers' own chatter stays out of the table
+
+
+def test_the_peers_on_cuda_without_a_gpu_say_so_in_one_line(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["bench", "trainer", "--peers", "--device", "cuda"]) != 0
+    err = capsys.readouterr().err
+    assert "device='cuda' needs a CUDA GPU, and torch sees none here; use device='cpu'" in err
+    assert "Traceback" not in err

@@ -51,6 +51,22 @@ def test_configure_numba_applies_the_auto_choice_before_numba_cuda_is_imported()
     assert variable == ("1" if simulator == "True" else "0")
 
 
+@pytest.mark.parametrize("given, expected", [(None, "0"), ("1", "1")])
+def test_configure_numba_turns_low_occupancy_warnings_off_unless_asked(given, expected):
+    """The tutorials' small grids made numba warn on stderr at each launch (nbval failed on an H200)."""
+    code = (
+        "import os\n"
+        + (f"os.environ['NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS'] = {given!r}\n" if given else "")
+        + "from workbench.devices import configure_numba\n"
+        "configure_numba()\n"
+        "from numba.cuda.core import config\n"
+        "print(os.environ['NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS'], config.CUDA_LOW_OCCUPANCY_WARNINGS)\n"
+    )
+    done = _run(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [expected, expected]
+
+
 def test_configure_numba_refuses_to_switch_after_numba_cuda_was_imported():
     code = (
         "from numba import cuda\n"

@@ -19,6 +19,7 @@ from workbench.estimate import (
     optimizer_state_tensors,
     profile_model,
 )
+from workbench.estimate.step_time import forward_flops
 from workbench.tables import text_table
 
 TOLERANCE = 0.10
@@ -213,3 +214,25 @@ def test_bad_input_names_the_field(changes, message):
 def test_bad_cluster(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Cluster(**kwargs)
+
+
+def test_a_model_on_another_device_than_its_sample_is_profiled_there():
+    """A trained model sits on the GPU while a sample from the dataset is on the CPU (notebook 06 on an H200,
+    2026-11-27, stopped inside torch: 'mat1 is on cpu, different from other tensors on cuda:0'). Here the
+    model is on the meta device, which fails the same way for a CPU input."""
+
+    class MetaOnly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 2, device="meta")
+
+        def forward(self, x):
+            assert x.device.type == "meta", f"the sample reached the model on {x.device}"
+            return self.layer(x)
+
+    model = MetaOnly()
+    estimate = estimate_memory(
+        model, sample=torch.zeros(1, 3), batch_size=8, optimizer="adam", method="analytic"
+    )
+    assert estimate.total > 0
+    assert forward_flops(model, torch.zeros(4, 3)) == 2 * 3 * 2 * 4

@@ -19,6 +19,8 @@ and the report lists the others as not run, with why:
 - ``dashboard``: the Trainer with a live Dashboard against the Trainer alone (≤ 1.02×);
 - ``input paths``: digits epochs from a device-resident dataset against per-batch copies from pageable
   memory (≥ 3×), and a DataLoader's data wait through the pinned prefetch (≤ 5% of a step);
+- ``peers``: the Trainer against Lightning, Fabric and Accelerate loops (``bench trainer --peers`` on the
+  GPU; ≤ 1.0× each peer's median), with the hand-written loop's time as the floor;
 - ``notebooks``: nbval of notebooks 01, 03, 05, 06 and 09 at their full sizes (``WORKBENCH_QUICK=0``), on
   this Python's kernel (planned beyond the 6-minute budget: ``--budget 900`` or ``--steps notebooks``).
 
@@ -258,6 +260,7 @@ def default_steps() -> list[Step]:
         Step("precision and compile", 50, _training("precision_and_compile")),
         Step("dashboard", 15, _training("dashboard_overhead")),
         Step("input paths", 10, _training("input_paths")),
+        Step("peers", 45, _training("peers")),
         Step("notebooks", 300, _notebooks, needs="notebooks"),
     ]
 

@@ -59,7 +59,7 @@ def at_most(name: str, value: float, unit: str, baseline: str, ceiling: float, d
     return Check(name, value, unit, baseline, f"<= {ceiling:g}", value <= ceiling, detail)
 
 
-def reported(name: str, value: float, unit: str, baseline: str = "", detail: str = "") -> Check:
+def reported(name: str, value: float | None, unit: str, baseline: str = "", detail: str = "") -> Check:
     """A measurement reported without a target."""
     return Check(name, value, unit, baseline, "", None, detail)
 

@@ -3,10 +3,12 @@ Lightning, Fabric and Accelerate.
 
     workbench bench trainer --peers        # the `peers` extra: pip install 'gpu-training-workbench[peers]'
     workbench bench trainer --peers --repeats 7 --epochs 3
+    workbench bench trainer --peers --device cuda   # on a GPU: every loop with torch's fused Adam there
 
 Every variant trains `bench_model` (MLP 3072-512-512-10, Adam 1e-3) on the same synthetic images as
 `workbench bench trainer`, given as torch ``TensorDataset``\\s batched by a ``DataLoader`` (128, shuffled),
-and evaluates the validation split after each epoch, on CPU, in this process. Each peer is set up the way its
+and evaluates the validation split after each epoch, on `device` (CPU unless told), in this process; on CUDA
+every loop steps torch's fused Adam, as the Trainer does there. Each peer is set up the way its
 documentation shows, with what would add work beyond the loop turned off (Lightning: no progress bar,
 logger, checkpoints, model summary or sanity check). A warm-up run of each comes first (imports, first-call
 costs); then the variants alternate, `repeats` times; each repeat's ratio to the hand-written loop of the
@@ -16,19 +18,20 @@ same repeat gives the median and range printed. A peer that is not installed is 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import logging
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch.nn import functional
 from torch.utils.data import DataLoader, TensorDataset
 
-from workbench._validate import check_int
+from workbench._validate import check_choice, check_int
 from workbench.bench.trainer_variants import bench_model, bench_setup, hand_written_loader, train_and_validate
 from workbench.data import Splits
 from workbench.tables import text_table
@@ -74,17 +77,23 @@ class PeerBenchmark:
         return text_table(header, rows)
 
 
-def benchmark_peers(*, repeats: int = 5, epochs: int = 3, n_samples: int = 4096) -> PeerBenchmark:
+def benchmark_peers(
+    *, repeats: int = 5, epochs: int = 3, n_samples: int = 4096, device: str = "cpu"
+) -> PeerBenchmark:
     """Time every installed variant (see the module docstring)."""
     check_int("repeats", repeats, minimum=1)
     check_int("epochs", epochs, minimum=1)
+    check_choice("device", device, ("cpu", "cuda"))
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' needs a CUDA GPU, and torch sees none here; use device='cpu'")
     splits, config = bench_setup(epochs, n_samples)
+    config = dataclasses.replace(config, device=device)
     data = Splits(
         TensorDataset(splits.train.features, splits.train.targets),
         val=TensorDataset(splits.val.features, splits.val.targets),
     )
     variants: dict[str, Callable[[], None]] = {
-        "hand-written": lambda: hand_written_loader(bench_model(), data, config),
+        "hand-written": lambda: _hand_written(data, config),
         "workbench Trainer": lambda: Trainer(bench_model(), functional.cross_entropy, data, config).fit(),
     }
     skipped: dict[str, str] = {}
@@ -131,6 +140,33 @@ def _loaders(data: Splits, config: TrainConfig) -> tuple[DataLoader, DataLoader]
     return train, DataLoader(data.val, batch_size=config.batch_size)
 
 
+def _adam(parameters: Iterable[torch.nn.Parameter], config: TrainConfig) -> torch.optim.Adam:
+    """The loops' Adam: torch's fused one on CUDA (the Trainer's choice there), its default on CPU."""
+    return torch.optim.Adam(parameters, lr=config.optimizer.lr, fused=config.device == "cuda" or None)
+
+
+def _hand_written(data: Splits, config: TrainConfig) -> None:
+    if config.device == "cpu":
+        return hand_written_loader(bench_model(), data, config)
+    device = torch.device(config.device)
+    model = bench_model().to(device)
+    optimizer = _adam(model.parameters(), config)
+    train, val = _loaders(data, config)
+
+    def on_device(loader: DataLoader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return ((x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in loader)
+
+    class Batches:  # a fresh pass over the loader each epoch, as train_and_validate iterates it
+        def __init__(self, loader: DataLoader) -> None:
+            self.loader = loader
+
+        def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            return on_device(self.loader)
+
+    train_and_validate(model, optimizer, Batches(train), Batches(val), config.epochs)
+    return None
+
+
 def _lightning(data: Splits, config: TrainConfig) -> None:
     import lightning
 
@@ -148,12 +184,12 @@ def _lightning(data: Splits, config: TrainConfig) -> None:
             return functional.cross_entropy(self.model(x), y)
 
         def configure_optimizers(self):
-            return torch.optim.Adam(self.parameters(), lr=config.optimizer.lr)
+            return _adam(self.parameters(), config)
 
     module = Module()
     trainer = lightning.Trainer(
         max_epochs=config.epochs,
-        accelerator="cpu",
+        accelerator="gpu" if config.device == "cuda" else "cpu",
         devices=1,
         logger=False,
         enable_checkpointing=False,
@@ -167,9 +203,9 @@ def _lightning(data: Splits, config: TrainConfig) -> None:
 def _fabric(data: Splits, config: TrainConfig) -> None:
     import lightning
 
-    fabric = lightning.Fabric(accelerator="cpu", devices=1)
+    fabric = lightning.Fabric(accelerator=config.device, devices=1)
     model = bench_model()
-    model, optimizer = fabric.setup(model, torch.optim.Adam(model.parameters(), lr=config.optimizer.lr))
+    model, optimizer = fabric.setup(model, _adam(model.parameters(), config))
     train, val = fabric.setup_dataloaders(*_loaders(data, config))
     train_and_validate(model, optimizer, train, val, config.epochs, backward=fabric.backward)
 
@@ -177,8 +213,8 @@ def _fabric(data: Splits, config: TrainConfig) -> None:
 def _accelerate(data: Splits, config: TrainConfig) -> None:
     from accelerate import Accelerator
 
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=config.device == "cpu")
     model = bench_model()
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.optimizer.lr)
+    optimizer = _adam(model.parameters(), config)
     model, optimizer, train, val = accelerator.prepare(model, optimizer, *_loaders(data, config))
     train_and_validate(model, optimizer, train, val, config.epochs, backward=accelerator.backward)

@@ -33,7 +33,7 @@ def _bench_trainer(args: argparse.Namespace) -> int:
 def _bench_peers(args: argparse.Namespace) -> int:
     from workbench.bench.peers import benchmark_peers
 
-    result = benchmark_peers(repeats=args.repeats, epochs=args.epochs)
+    result = benchmark_peers(repeats=args.repeats, epochs=args.epochs, device=args.device)
     print(
         f"{result.steps} optimizer steps per run (a DataLoader over TensorDatasets, validation each epoch), "
         f"{args.repeats} alternating runs each"
@@ -131,6 +131,10 @@ BENCHMARKS: dict[str, Benchmark] = {
                     "action": "store_true",
                     "help": "instead: the same training in Lightning, Fabric, Accelerate",
                 },
+            ),
+            (
+                ("--device",),
+                {"choices": ("cpu", "cuda"), "default": "cpu", "help": "where --peers trains (cuda: a GPU)"},
             ),
         ],
         _bench_trainer,

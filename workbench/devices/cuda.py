@@ -24,6 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
+# numba warns ("Grid size 7 will likely result in GPU under-utilization") at every launch of under 128
+# blocks: the tutorials launch small grids on purpose, workbench's kernels size their own grids for the
+# problem, and the warnings on stderr failed nbval on an H200 (2026-11-27). Off unless you set it.
+OCCUPANCY_WARNINGS_VARIABLE = "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"
 
 
 def _driver_library_names() -> tuple[str, ...]:
@@ -127,6 +131,7 @@ def configure_numba(simulator: bool | None = None) -> NumbaBackend:
             )
         return backend
     os.environ[SIMULATOR_VARIABLE] = "1" if backend.simulator else "0"
+    os.environ.setdefault(OCCUPANCY_WARNINGS_VARIABLE, "0")
     restore_numpy_row_stack()
     return backend
 

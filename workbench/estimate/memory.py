@@ -144,6 +144,18 @@ class MemoryEstimate:
         return [(name, getattr(self, name), f"{getattr(self, name) / 2**20:.2f}") for name in names]
 
 
+def on_model_device(model: nn.Module, sample: torch.Tensor) -> torch.Tensor:
+    """`sample` on the device of `model`'s first parameter or buffer (a trained model is often on the GPU
+    while a sample taken from a dataset is on the CPU; a forward across the two fails inside torch).
+
+    Example:
+        >>> on_model_device(nn.Linear(2, 1).to("meta"), torch.zeros(1, 2)).device
+        device(type='meta')
+    """
+    device = next((t.device for t in (*model.parameters(), *model.buffers())), sample.device)
+    return sample if sample.device == device else sample.to(device)
+
+
 def profile_model(model: nn.Module, sample: torch.Tensor) -> ModelProfile:
     """Count parameters and run one forward on `sample` (batch first; one sample is enough) to see what
     each leaf layer keeps for backward.
@@ -159,6 +171,7 @@ def profile_model(model: nn.Module, sample: torch.Tensor) -> ModelProfile:
         10.0
     """
     check_int("sample batch size", sample.shape[0] if sample.dim() else 0, minimum=1)
+    sample = on_model_device(model, sample)
     kept: dict[int, tuple[torch.Tensor, bool]] = {}  # storage address -> (tensor, precision-dependent)
     fixed = [0]
     outputs: list[torch.Tensor] = []

@@ -95,6 +95,9 @@ def forward_flops(model: nn.Module, sample: torch.Tensor) -> int:
         >>> forward_flops(nn.Linear(10, 5), torch.zeros(3, 10))
         300
     """
+    from workbench.estimate.memory import on_model_device
+
+    sample = on_model_device(model, sample)
     total = [0]
 
     def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:

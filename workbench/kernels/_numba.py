@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -79,10 +78,10 @@ def jit_kernel(*, launch_bounds: tuple[int, int] | None = None) -> Any:
 
 def on_simulator() -> bool:
     """True when numba.cuda runs kernels on its CPU simulator (imports numba.cuda)."""
-    load_cuda()
-    from numba.cuda.core import config
-
-    return bool(config.ENABLE_CUDASIM)
+    imported = sys.modules.get("numba.cuda")  # its backend is fixed once imported: read, not configured
+    if imported is None:
+        imported = load_cuda()
+    return bool(imported.config.ENABLE_CUDASIM)
 
 
 def torch_device() -> torch.device:
@@ -180,36 +179,50 @@ def _strides(x: Any, kind: str) -> tuple[int, ...]:
     return tuple(s // np.dtype(x.dtype).itemsize for s in x.strides)
 
 
-@dataclass(frozen=True)
 class Buffer:
-    """One checked kernel operand: kernels get ``device``; the caller holds ``host``."""
+    """One checked kernel operand: kernels get ``device``; the caller holds ``host``.
 
-    host: Any
-    device: Any
-    kind: str  # "torch", "numpy" or "numba"
+    A torch CUDA tensor's numba view is made when a kernel first needs it (`device`) and kept: making one
+    costs ~25 µs of host time (measured on an H100 machine, 2026-11-27), so a buffer checked and then
+    flattened makes one view, and an optimizer that keeps its buffers makes them once.
+    """
+
+    __slots__ = ("_device", "host", "kind")
+
+    def __init__(self, host: Any, device: Any, kind: str) -> None:
+        self.host = host
+        self._device = device  # None: a torch tensor's view, made on first use
+        self.kind = kind  # "torch", "numpy" or "numba"
+
+    @property
+    def device(self) -> Any:
+        if self._device is None:
+            self._device = _view_of_tensor(self.host.detach())
+        return self._device
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.device.shape)
+        return tuple(self.host.shape if self.kind == "torch" else self.device.shape)
 
     @property
     def size(self) -> int:
         return math.prod(self.shape)
 
     def flat(self) -> Buffer:
-        """The same memory as a 1-D buffer (views, no copies)."""
+        """The same memory as a 1-D buffer (views, no copies); itself when it is 1-D."""
+        if len(self.shape) == 1:
+            return self
         n = self.size
         if self.kind == "torch":
-            host = self.host.detach().view(n)
-            return Buffer(host, _view_of_tensor(host), "torch")
+            return Buffer(self.host.detach().view(n), None, "torch")
         host = self.host.reshape(n)
         return Buffer(host, host if self.device is self.host else self.device.reshape(n), self.kind)
 
     def stream(self) -> Any:
         """The stream to launch on: torch's current stream for a CUDA tensor, else numba's default (0)."""
         if self.kind == "torch" and self.host.device.type == "cuda":
-            cuda = load_cuda()
-            return cuda.external_stream(torch.cuda.current_stream(self.host.device).cuda_stream)
+            device = self.host.device
+            return _numba_stream(device.index or 0, torch.cuda.current_stream(device).cuda_stream)
         return 0
 
     def result(self) -> Any:
@@ -223,6 +236,15 @@ class Buffer:
         if self.kind == "torch":
             torch.autograd.graph.increment_version(self.host)
         return self.host
+
+
+@lru_cache(maxsize=64)
+def _numba_stream(device_index: int, handle: int) -> Any:
+    """numba's wrapper of the CUDA stream `handle` on GPU `device_index` (a torch stream), made once per
+    stream: making one costs ~18 µs of host time (H100 machine, 2026-11-27), at every kernel call before."""
+    cuda = load_cuda()
+    follow_device(cuda, device_index)
+    return cuda.external_stream(handle)
 
 
 def _view_of_tensor(t: torch.Tensor) -> Any:
@@ -261,6 +283,8 @@ def as_buffer(x: Any, name: str, *, dtypes: tuple[str, ...] = FLOAT32, ndim: int
         ValueError: wrong number of dimensions, not contiguous, empty, or on a device numba cannot reach
             (a CPU tensor while numba runs on the GPU, a CUDA tensor while it runs on the simulator).
     """
+    if isinstance(x, Buffer):  # checked already (an optimizer's kept buffers)
+        return x
     kind = _kind(x)
     if kind is None:
         raise TypeError(
@@ -295,7 +319,7 @@ def _device_view(x: Any, kind: str, name: str) -> Any:
             raise ValueError(f"{name} is a CPU tensor, but numba runs on the GPU; move it with {name}.cuda()")
         if t.device.type not in ("cpu", "cuda"):
             raise ValueError(f"{name} is on {t.device}; allowed devices: cuda (GPU) or cpu (simulator)")
-        return _view_of_tensor(t)
+        return None  # the view: made when a kernel first needs it (Buffer.device)
     if kind == "numpy":
         return x if simulator else load_cuda().to_device(x)
     return x
@@ -315,7 +339,7 @@ def full(shape: tuple[int, ...], value: float, like: Buffer) -> Buffer:
     """`empty`, filled with `value`."""
     if like.kind == "torch":
         t = torch.full(shape, value, dtype=torch.float32, device=like.host.device)
-        return Buffer(t, _view_of_tensor(t), "torch")
+        return Buffer(t, None, "torch")
     return _host_array(np.full(shape, value, np.float32), like.kind)
 
 
@@ -323,7 +347,7 @@ def _new(shape: tuple[int, ...], like: Buffer, *, zero: bool) -> Buffer:
     if like.kind == "torch":
         make = torch.zeros if zero else torch.empty
         t = make(shape, dtype=torch.float32, device=like.host.device)
-        return Buffer(t, _view_of_tensor(t), "torch")
+        return Buffer(t, None, "torch")
     if like.kind == "numpy" or zero:
         return _host_array(np.zeros(shape, np.float32), like.kind)
     device = load_cuda().device_array(shape, np.float32)
@@ -342,7 +366,8 @@ def _host_array(array: np.ndarray, kind: str) -> Buffer:
 def read_scalar(buffer: Buffer) -> float:
     """Element 0 of `buffer` as a Python float (waits for the kernels that write it)."""
     if buffer.kind == "torch":
-        return float(buffer.host.reshape(-1)[0])
+        host = buffer.host
+        return host.item() if host.numel() == 1 else float(host.reshape(-1)[0])
     if buffer.kind == "numpy":
         return float(buffer.result().reshape(-1)[0])
     return float(buffer.device.copy_to_host().reshape(-1)[0])

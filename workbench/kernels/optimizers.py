@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import torch
 
 from workbench._validate import check_choice, check_nonnegative
+from workbench.kernels._numba import Buffer, as_buffer
 from workbench.kernels.flat_params import FlatParams
 from workbench.kernels.optim_kernels import adam_step, sgd_step
 
@@ -101,6 +102,25 @@ class _FlatOptimizer(torch.optim.Optimizer):
                 self.state[p][kind] = view
         return packed
 
+    def _operands(
+        self, index: int, tensors: tuple[torch.Tensor, ...], names: tuple[str, ...]
+    ) -> list[Buffer]:
+        """Group `index`'s flat buffers as kernel operands, checked and viewed for numba once and kept while
+        the group keeps the same buffers (a view costs ~25 µs of host time per tensor and step; on an H100
+        machine, 2026-11-27, Adam's step took 590 µs of host time on 1M parameters, torch's fused 64 µs)."""
+        kept = self.__dict__.setdefault("_kept", {})  # group → (its tensors, their operands)
+        held = kept.get(index)
+        if (
+            held is None
+            or len(held[0]) != len(tensors)
+            or any(a is not b for a, b in zip(held[0], tensors, strict=True))
+        ):
+            held = kept[index] = (
+                tensors,
+                [as_buffer(t, name).flat() for t, name in zip(tensors, names, strict=False)],
+            )
+        return held[1]
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Zero each group's gradient buffer in one pass; ``.grad`` stays a view of it (`set_to_none`
         is ignored: see the module's docstring)."""
@@ -168,12 +188,13 @@ class FusedSGD(_FlatOptimizer):
             fresh = not any(self.state[p] for p in flat.params)
             if all(has_grad) and group["momentum"] and fresh:
                 self.packed[index] = self._pack(flat, ("momentum_buffer",))
-                sgd_step(
-                    flat.param, flat.grad, self.packed[index]["momentum_buffer"], first_step=True, **options
-                )
-            elif all(has_grad) and (not group["momentum"] or self.packed[index] is not None):
-                buffer = self.packed[index]["momentum_buffer"] if group["momentum"] else None
-                sgd_step(flat.param, flat.grad, buffer, first_step=False, **options)
+            if all(has_grad) and (not group["momentum"] or self.packed[index] is not None):
+                tensors = (flat.param, flat.grad)
+                if group["momentum"]:
+                    tensors += (self.packed[index]["momentum_buffer"],)
+                p, g, *buffer = self._operands(index, tensors, ("param", "grad", "momentum_buffer"))
+                sgd_step(p, g, buffer[0] if buffer else None, first_step=fresh and bool(group["momentum"]),
+                         **options)  # fmt: skip
             else:  # a parameter without gradient, or momentum buffers made one by one
                 self._step_each(group, flat, has_grad, options)
         return loss
@@ -307,9 +328,9 @@ class FusedAdam(_FlatOptimizer):
             if all(has_grad[index]) and packed is not None:
                 packed["step"] += 1
                 step = int(packed["step"].item())
-                adam_step(
-                    flat.param, flat.grad, packed["exp_avg"], packed["exp_avg_sq"], step=step, **options
-                )
+                tensors = (flat.param, flat.grad, packed["exp_avg"], packed["exp_avg_sq"])
+                operands = self._operands(index, tensors, ("param", "grad", "exp_avg", "exp_avg_sq"))
+                adam_step(*operands, step=step, **options)
             else:  # a parameter without gradient, or state made tensor by tensor
                 self._step_each(index, flat, has_grad[index], options)
         return loss

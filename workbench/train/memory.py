@@ -60,11 +60,15 @@ class StepMemoryProbe:
         self.peak = 0
         self._counts: dict[int, int] = {}  # storage address → saved tensors holding it
         self._hooks: Any = None
+        # the parameters' storages, read once; None where FSDP registers gathered parameters only while
+        # their layer runs (then they are read at each saved tensor, as they are at that moment)
+        self._params: set[int | None] | None = None
 
     def __enter__(self) -> StepMemoryProbe:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+        self._params = None if _gathers_parameters(self.model) else self._parameter_storages()
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
         self._hooks.__enter__()
         return self
@@ -92,9 +96,7 @@ class StepMemoryProbe:
 
     def _pack(self, tensor: torch.Tensor) -> Any:
         address, nbytes = _storage_of(tensor)
-        # the parameters registered now: FSDP registers gathered ones only while their layer runs, and
-        # frees them after, so their addresses come back as activations
-        params = {_storage_of(p)[0] for p in self.model.parameters()}
+        params = self._params if self._params is not None else self._parameter_storages()
         if address is None or address in params or nbytes == 0:
             return tensor
         count = self._counts.get(address, 0)
@@ -103,6 +105,9 @@ class StepMemoryProbe:
             self.peak = max(self.peak, self.live)
         self._counts[address] = count + 1
         return _Saved(tensor, address, nbytes, self)
+
+    def _parameter_storages(self) -> set[int | None]:
+        return {_storage_of(p)[0] for p in self.model.parameters()}
 
     def _release(self, address: int, nbytes: int) -> None:
         count = self._counts[address] - 1
@@ -127,6 +132,14 @@ class _Saved:
 
 def _unpack(saved: Any) -> torch.Tensor:
     return saved.tensor if isinstance(saved, _Saved) else saved
+
+
+def _gathers_parameters(model: torch.nn.Module) -> bool:
+    """Whether FSDP2 shards `model` (it registers each unit's gathered parameters only while the unit runs,
+    and frees them after, so their addresses come back as activations)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # imported wherever a model is sharded
+    module_type = getattr(fsdp, "FSDPModule", None)
+    return module_type is not None and any(isinstance(m, module_type) for m in model.modules())
 
 
 def _storage_of(tensor: torch.Tensor) -> tuple[int | None, int]:

@@ -1,15 +1,19 @@
 #!/bin/bash
 # One call on a lent GPU machine (run from the repository root there, $OUT set by the device tool):
 # install the carried wheels (.gpu-carry: what the machine's image lacks), then `workbench gpu-check` with
-# the steps given as arguments, the CUDA workspace probe and Nsight Compute on matmul and Adam.
-#   bash docs/gpu/raw/device_call.sh --steps doctor kernels
+# the steps given as arguments, evidence.py's parts named in EVIDENCE (default: the CUDA workspace probe) and,
+# with NCU_SECONDS, Nsight Compute on matmul and Adam.
+#   EVIDENCE="profile memory" bash docs/gpu/raw/device_call.sh --steps doctor kernels
 set -o pipefail
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .gpu-carry/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/site
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-python3 docs/gpu/raw/evidence.py workspaces > "$OUT/workspaces.json" 2>&1
+for part in ${EVIDENCE:-workspaces}; do  # evidence.py's parts, each to $OUT/<part>.json (8 files come back)
+    timeout "${EVIDENCE_SECONDS:-120}" python3 docs/gpu/raw/evidence.py "$part" > "$OUT/$part.json" 2>&1
+    echo "evidence $part rc=$?"; tail -c 1500 "$OUT/$part.json"
+done
 timeout "${CHECK_SECONDS:-430}" python3 -m workbench gpu-check --budget 900 --out "$OUT" "$@" 2>&1 | tee "$OUT/log.txt"
 if [ -n "$NCU_SECONDS" ]; then
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
@@ -18,4 +22,3 @@ if [ -n "$NCU_SECONDS" ]; then
         --csv --page details python3 docs/gpu/raw/evidence.py kernels > "$OUT/ncu.csv" 2> "$OUT/ncu-err.txt"
     echo "ncu rc=$?"; tail -3 "$OUT/ncu-err.txt"; wc -l "$OUT/ncu.csv"
 fi
-cat "$OUT/workspaces.json"
