@@ -4,8 +4,6 @@ NVML telemetry."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from torch import nn
@@ -109,27 +107,17 @@ def test_nvml_reads_this_gpu():
 
 
 def test_the_memory_estimate_of_a_cuda_step_holds_within_its_band():
-    from tests.estimate.test_peak_matrix import CASES, DTYPES, _estimates
-    from workbench.estimate.measure import measure_peak
-    from workbench.train.optim import build_optimizer
+    from tests.estimate.test_peak_matrix import CASES
+    from tests.gpu.helpers import estimate_and_cuda_peak
 
     misses = []
-    for name, (build, batch_of, loss, optimizer, momentum, batch, precision) in CASES.items():
-        torch.manual_seed(0)
-        model = build()
-        x, y = batch_of(batch)
-        traced, _ = _estimates(copy.deepcopy(model), (x, y), loss, optimizer, momentum, precision)
-        model = model.cuda()
-        optim = build_optimizer(model.parameters(), OptimizerConfig(optimizer, lr=1e-3, momentum=momentum))
-        real = measure_peak(
-            model, optim, loss, x.cuda(), y.cuda(), autocast_dtype=DTYPES[precision], proxy=False
-        )
+    for name, case in CASES.items():
+        traced, real = estimate_and_cuda_peak(case)
         error = traced.total / real.peak - 1
         mib = f"estimate {traced.total / 2**20:.2f} MiB, CUDA peak {real.peak / 2**20:.2f} MiB"
         print(f"{name}: {mib}, {error:+.1%}")
         if abs(error) > traced.uncertainty:
             misses.append(f"{name.split(',')[0]}: {mib} ({error:+.0%}, band ±{traced.uncertainty:.0%})")
-        del model, optim
         torch.cuda.empty_cache()
     assert not misses, "; ".join(misses)
 

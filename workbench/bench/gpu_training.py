@@ -47,12 +47,18 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def _per_step(fit: Callable[[], int]) -> float:
+def _timed_fit(fit: Callable[[], int]) -> tuple[int, float]:
+    """`fit`'s steps and its wall seconds, the device's queued work finished before and after."""
     _synchronize()
     started = time.perf_counter()
     steps = fit()
     _synchronize()
-    return (time.perf_counter() - started) / steps
+    return steps, time.perf_counter() - started
+
+
+def _per_step(fit: Callable[[], int]) -> float:
+    steps, seconds = _timed_fit(fit)
+    return seconds / steps
 
 
 def _trainer_fit(trainer: Trainer) -> Callable[[], int]:
@@ -60,13 +66,9 @@ def _trainer_fit(trainer: Trainer) -> Callable[[], int]:
 
 
 def _alternate(variants: dict[str, Callable[[], int]]) -> dict[str, list[float]]:
-    for fit in variants.values():  # warm-up: allocator, cuBLAS handles, compilation
-        fit()
-    seconds: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(REPEATS):
-        for name, fit in variants.items():
-            seconds[name].append(_per_step(fit))
-    return seconds
+    """Seconds per step of each variant's fits (`_alternate_fits`)."""
+    steps, seconds = _alternate_fits(variants)
+    return {name: [s / steps[name] for s in runs] for name, runs in seconds.items()}
 
 
 def _ratio(seconds: dict[str, list[float]], slow: str, fast: str) -> tuple[float, str]:
@@ -206,16 +208,13 @@ def dashboard_overhead(
 
 def _alternate_fits(variants: dict[str, Callable[[], int]]) -> tuple[dict[str, int], dict[str, list[float]]]:
     """Steps of each variant's fit and the wall seconds of its fits, the variants alternating (a warm-up of
-    each first, which counts the steps)."""
+    each first, which counts the steps: allocator, cuBLAS handles, compilation)."""
     steps = {name: fit() for name, fit in variants.items()}
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(REPEATS):
         for name, fit in variants.items():
-            _synchronize()
-            started = time.perf_counter()
-            fit()
-            _synchronize()
-            seconds[name].append(time.perf_counter() - started)
+            steps[name], elapsed = _timed_fit(fit)
+            seconds[name].append(elapsed)
     return steps, seconds
 
 

@@ -146,24 +146,13 @@ def _adam(parameters: Iterable[torch.nn.Parameter], config: TrainConfig) -> torc
 
 
 def _hand_written(data: Splits, config: TrainConfig) -> None:
+    """`hand_written_loader`'s loop, on `config.device` (each batch copied there) with `_adam`."""
     if config.device == "cpu":
         return hand_written_loader(bench_model(), data, config)
     device = torch.device(config.device)
     model = bench_model().to(device)
     optimizer = _adam(model.parameters(), config)
-    train, val = _loaders(data, config)
-
-    def on_device(loader: DataLoader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        return ((x.to(device, non_blocking=True), y.to(device, non_blocking=True)) for x, y in loader)
-
-    class Batches:  # a fresh pass over the loader each epoch, as train_and_validate iterates it
-        def __init__(self, loader: DataLoader) -> None:
-            self.loader = loader
-
-        def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-            return on_device(self.loader)
-
-    train_and_validate(model, optimizer, Batches(train), Batches(val), config.epochs)
+    train_and_validate(model, optimizer, *_loaders(data, config), config.epochs, device=device)
     return None
 
 

@@ -143,13 +143,17 @@ def train_and_validate(
     val: Iterable,
     epochs: int,
     backward: Callable[[torch.Tensor], None] = torch.Tensor.backward,
+    device: torch.device | None = None,
 ) -> None:
     """The hand-written loop's epochs: zero_grad, forward, loss, `backward` (a peer's own, e.g.
-    ``fabric.backward``), step, ``loss.item()``; then a pass over `val` without gradients."""
+    ``fabric.backward``), step, ``loss.item()``; then a pass over `val` without gradients. With `device`,
+    each batch is copied there first (``non_blocking``), as a loop over a CPU DataLoader does for a GPU."""
     losses = []
     for _ in range(epochs):
         model.train()
         for x, y in train:
+            if device is not None:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = functional.cross_entropy(model(x), y)
             backward(loss)
@@ -158,6 +162,8 @@ def train_and_validate(
         model.eval()
         with torch.no_grad():
             for x, y in val:
+                if device is not None:
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 functional.cross_entropy(model(x), y)
 
 

@@ -195,51 +195,36 @@ def peak_blocks(trace: list[dict], top: int = 12) -> dict[str, object]:
 
 
 def memory() -> dict[str, object]:
+    import dataclasses
+
     sys.path.insert(0, ".")
-    from tests.estimate.test_peak_matrix import CASES, DTYPES, _estimates
-    from workbench.estimate.measure import measure_peak
-    from workbench.train import OptimizerConfig
-    from workbench.train.optim import build_optimizer
+    from tests.estimate.test_peak_matrix import CASES
+    from tests.gpu.helpers import estimate_and_cuda_peak
 
     found: dict[str, object] = {}
     for name, case in CASES.items():
+        torch.cuda.memory._record_memory_history(max_entries=500_000, stacks="python")
         try:
-            found[name] = _case_memory(
-                case, _estimates, measure_peak, build_optimizer, OptimizerConfig, DTYPES
-            )
-        except Exception as error:
+            traced, real = estimate_and_cuda_peak(case)  # the estimate is made on the CPU: not recorded
+            trace = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
+            parts = dataclasses.asdict(traced) if dataclasses.is_dataclass(traced) else vars(traced)
+            found[name] = {
+                "estimate_mib": round(traced.total / 2**20, 2),
+                "peak_mib": round(real.peak / 2**20, 2),
+                "held_apart_mib": round(real.held_apart / 2**20, 2),
+                "band": traced.uncertainty,
+                "estimate_parts_mib": {
+                    k: round(v / 2**20, 2)
+                    for k, v in parts.items()
+                    if isinstance(v, int) and not isinstance(v, bool)
+                },
+                **peak_blocks(trace),
+            }
+        except Exception as error:  # one failing case leaves the others' evidence
             found[name] = {"error": repr(error)[:300]}
         torch.cuda.memory._record_memory_history(enabled=None)
         torch.cuda.empty_cache()
     return found
-
-
-def _case_memory(case, _estimates, measure_peak, build_optimizer, OptimizerConfig, DTYPES) -> dict:
-    import copy
-    import dataclasses
-
-    build, batch_of, loss, optimizer, momentum, batch, precision = case
-    torch.manual_seed(0)
-    model = build()
-    x, y = batch_of(batch)
-    traced, _ = _estimates(copy.deepcopy(model), (x, y), loss, optimizer, momentum, precision)
-    model = model.cuda()
-    optim = build_optimizer(model.parameters(), OptimizerConfig(optimizer, lr=1e-3, momentum=momentum))
-    torch.cuda.memory._record_memory_history(max_entries=500_000, stacks="python")
-    real = measure_peak(model, optim, loss, x.cuda(), y.cuda(), autocast_dtype=DTYPES[precision], proxy=False)
-    trace = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
-    torch.cuda.memory._record_memory_history(enabled=None)
-    parts = dataclasses.asdict(traced) if dataclasses.is_dataclass(traced) else vars(traced)
-    return {
-        "estimate_mib": round(traced.total / 2**20, 2),
-        "peak_mib": round(real.peak / 2**20, 2),
-        "held_apart_mib": round(real.held_apart / 2**20, 2),
-        "band": traced.uncertainty,
-        "estimate_parts_mib": {
-            k: round(v / 2**20, 2) for k, v in parts.items() if isinstance(v, int) and not isinstance(v, bool)
-        },
-        **peak_blocks(trace),
-    }
 
 
 if __name__ == "__main__":

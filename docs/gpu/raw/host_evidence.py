@@ -26,10 +26,7 @@ from collections.abc import Callable
 
 import torch
 
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+from workbench.bench.gpu_training import _synchronize as _sync
 
 
 def _median_us(run: Callable[[], object], repeats: int = 200) -> float:
