@@ -244,3 +244,19 @@ def test_the_loss_line_does_not_take_the_devices_colours():
         monitor.flush()
     for line in ("CPU", "GPU 0"):
         assert _trace(with_loss, line).line.color == _trace(without, line).line.color
+
+
+def test_a_sampled_line_shows_a_marker_per_sample_only_while_it_is_short():
+    """A lone sample draws no line, so a short run gets markers; a marker per sample of a long run was much of
+    a busy page's drawing time, so it then draws a line only."""
+    from workbench.widgets.device_monitor import MARKED_POINTS
+
+    monitor = DeviceMonitor(window_s=1000)
+    monitor.update(sample(0))
+    monitor.flush()
+    assert _trace(monitor, "CPU").mode == "lines+markers"
+    for t in range(1, MARKED_POINTS + 1):
+        monitor.update(sample(t))
+    monitor.flush()
+    assert len(_trace(monitor, "CPU").x) == MARKED_POINTS + 1
+    assert _trace(monitor, "CPU").mode == "lines"

@@ -27,3 +27,28 @@ def test_a_closed_bundle_model_is_made_again_for_the_next_plot():
     old.close()
     plot = FigureWidget()
     assert plot._bundle_model != old_id and plot._bundle_model == bundle_model().model_id
+
+
+def test_every_live_plot_draws_tick_labels_without_measuring_them_against_the_page():
+    """plotly's default ("hide past div") measures each tick label on every draw: a tenth of a busy page's
+    time under a 2-process Launch's Dashboard. The live plots' template turns it off for every axis."""
+    from workbench.widgets import (
+        DeviceMonitor,
+        LossPlot,
+        MemoryPlot,
+        MetricPlot,
+        PipelineTimeline,
+        StepTimePlot,
+    )
+
+    for plot in (
+        LossPlot(),
+        MetricPlot(),
+        DeviceMonitor(loss=True),
+        StepTimePlot(),
+        MemoryPlot(),
+        PipelineTimeline(),
+    ):
+        axes = plot.figure.layout.template.layout
+        assert (axes.xaxis.ticklabeloverflow, axes.yaxis.ticklabeloverflow) == ("allow", "allow"), plot
+        assert axes.plot_bgcolor == "white"  # still plotly_white

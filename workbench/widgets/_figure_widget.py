@@ -23,9 +23,10 @@ one update, at most every 100 ms and every 4× its last draw's cost, but at leas
 than the kernel's redraws (a Dashboard on 2 busy cores) otherwise fell further behind with every edit, and
 the answer to every click waited behind that backlog (30 s after 100 s of training). The 300 ms bound keeps
 the plot within about a second of the status line when draws get slow (8× with no bound: up to 1.9 s).
-The page's plots share one budget: after a draw of t ms no plot draws for t/4 ms, so the kernel's messages
-get at least a fifth of the page (six plots of a 2-process Launch, each drawing every 300 ms, left it 27 s
-behind).
+The page's plots share one budget: after a draw of t ms no plot draws for t/2 ms, so the kernel's messages
+get at least a third of the page (six plots of a 2-process Launch, each drawing every 300 ms, left it 27 s
+behind), and the plots due to draw take turns in one queue (each on its own timer, the same plots kept
+drawing first and the loss plot waited seconds).
 
     >>> figure = FigureWidget()
     >>> len(figure._esm) < 16000 < len(bundle_model().bundle)
@@ -101,13 +102,24 @@ const WHOLE = ["_widget_layout", "_widget_data"];
 const MIN_DRAW_INTERVAL_MS = 100;
 const MAX_DRAW_INTERVAL_MS = 300;
 const COALESCED = ["restyle", "relayout", "update"].map((edit) => `change:_py2js_${edit}`);
-// The page's plots share one budget: after a draw that took t ms, no plot draws for t/4 ms, so the kernel's
-// messages (a click's answer, the status line) get at least a fifth of the page: six plots of a 2-process
-// Launch, each drawing every 300 ms, left the page up to 27 s behind on 2 cores (2.4 s with the budget; t/1
-// kept it as close but the loss plot up to 4 s behind the status line)
-const SHARE_GAP = 0.25;
-const SHARED = Symbol.for("workbench.plotly-draw-budget");
-const budget = (globalThis[SHARED] ||= { next: 0 });
+// The page's plots share one budget: after a draw that took t ms, no plot draws for t/2 ms, so the kernel's
+// messages (a click's answer, the status line) get at least a third of the page: six plots of a 2-process
+// Launch, each drawing every 300 ms, left the page up to 27 s behind on 2 cores; with t/4 (a fifth) the
+// page still fell 12-26 s behind over two minutes on a slower 2-core machine (2.3-3.5 s with t/2)
+const SHARE_GAP = 0.5;
+// The plots due to draw wait in one queue and draw in turn, first come first drawn, when the budget allows:
+// with a timer each, the plots that asked first kept asking first, and a Launch's loss plot went 5 s without
+// a draw while the others drew
+const SHARED = Symbol.for("workbench.plotly-draw-queue");
+const budget = (globalThis[SHARED] ||= { next: 0, queue: [], timer: null });
+const drawNext = () => {
+  if (budget.timer !== null || budget.queue.length === 0) return;
+  budget.timer = setTimeout(() => {
+    budget.timer = null;
+    budget.queue.shift().flush();
+    drawNext();
+  }, Math.max(0, budget.next - performance.now()));
+};
 let replaying = null;  // the edit plotly's model or view reads now (see the model's proxy)
 let modelReads = false;  // plotly's model applies an edit now (see the model's proxy)
 
@@ -138,16 +150,15 @@ function coalescingView() {
   const view = { active: true, followers: {}, pending: null, scheduled: false, next: 0 };
   const schedule = () => {
     view.scheduled = true;
-    const due = Math.max(view.next, budget.next);
-    setTimeout(() => view.scheduled && view.flush(), Math.max(0, due - performance.now()));
+    setTimeout(() => {
+      if (!view.scheduled || budget.queue.includes(view)) return;
+      budget.queue.push(view);
+      drawNext();
+    }, Math.max(0, view.next - performance.now()));
   };
-  view.flush = (now = false) => {
+  view.flush = () => {
     view.scheduled = false;
     if (!view.pending || !view.active) return;
-    if (!now && performance.now() < budget.next) {  // another plot drew meanwhile: wait for the page
-      schedule();
-      return;
-    }
     const pending = view.pending;
     view.pending = null;
     const started = performance.now();
@@ -184,7 +195,7 @@ function coalescingView() {
     const update = name === "_py2js_update";
     const traces = update ? edit.style_traces : name === "_py2js_restyle" ? edit.restyle_traces : [];
     if (edit.source_view_id || !Array.isArray(traces)) {
-      view.flush(true);
+      view.flush();
       follow(view, name, edit);
       return;
     }
@@ -251,7 +262,7 @@ export default async () => {
                 const name = event.slice("change:".length);
                 listener = () => view.coalesce(name, object.get(name));
               } else if (view && event.startsWith("change:_py2js_")) {
-                listener = (...args) => { view.flush(true); guarded(...args); };  // after the pending
+                listener = (...args) => { view.flush(); guarded(...args); };  // after the pending
               }
               return object.on(event, listener, ...rest);
             };

@@ -32,7 +32,7 @@ from workbench._validate import check_int, check_positive
 from workbench.monitor import DeviceSampler
 from workbench.train.events import Callback, Event
 from workbench.widgets._figure_widget import FigureWidget
-from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT, TEMPLATE, LiveFigure
 
 Sample = dict[str, Any]
 _COLORS = plotly.colors.qualitative.Plotly
@@ -40,6 +40,7 @@ _CORE_COLOR = "rgba(120, 120, 120, 0.35)"
 _LOSS_COLOR = "#333333"  # the devices keep the palette: CPU is blue whether or not the loss row is there
 _GIB = 2**30
 _LOSS_POINTS_PER_S = 20  # the loss row keeps at most this many points a second (a step may take 1 ms)
+MARKED_POINTS = 20  # a sampled line shows a marker per sample up to this many samples
 
 
 class Subscribable(Protocol):
@@ -112,7 +113,7 @@ class DeviceMonitor(LiveFigure, Callback):
         figure.update_layout(
             height=height or 190 * len(self._rows) + 40,
             margin={"l": 55, "r": 20, "t": 30, "b": 40},
-            template="plotly_white",
+            template=TEMPLATE,
             uirevision="devices",
             legend={"orientation": "v", "x": 1.01, "y": 1},
         )
@@ -285,6 +286,9 @@ class DeviceMonitor(LiveFigure, Callback):
                 for line, x, y in lines:
                     trace = self._traces.get(line.name) or self._add_trace(line)
                     trace.x, trace.y = x, y
+                    mode = _mode(line, len(x))
+                    if trace.mode != mode:
+                        trace.mode = mode
                 self.figure.update_xaxes(range=x_range)
             if latest is not None:
                 self.summary.value = _summary(latest)
@@ -296,7 +300,7 @@ class DeviceMonitor(LiveFigure, Callback):
             name=line.name,
             legendgroup=line.group,
             showlegend=line.group != "cores",
-            mode="lines" if line.panel == "loss" else "lines+markers",  # markers: a short run still shows
+            mode=_mode(line, 0),
             line={"color": line.color, "width": line.width, "dash": "dot" if rank else "solid"},
             marker={"color": line.color, "size": 3 if line.group == "cores" else 5},
             hovertemplate=f"{line.name}<br>%{{x:.1f}} s<br>{unit}<extra></extra>",
@@ -306,6 +310,12 @@ class DeviceMonitor(LiveFigure, Callback):
         trace = self.figure.data[-1]
         self._traces[line.name] = trace
         return trace
+
+
+def _mode(line: _Line, points: int) -> str:
+    """Markers while a sampled line is short (one sample draws no line); then a line only: a marker per
+    sample, redrawn every frame, was much of a busy page's time."""
+    return "lines+markers" if line.panel != "loss" and points <= MARKED_POINTS else "lines"
 
 
 def _summary(sample: Sample) -> str:

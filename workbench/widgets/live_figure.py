@@ -14,12 +14,19 @@ from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from workbench._validate import check_positive
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets.throttle import Throttle
 
 MIN_HEIGHT = 50  # pixels: a figure any smaller shows nothing (every view checks its `height`)
+# The live plots' look: plotly_white, tick labels drawn where they fall. plotly's default for numeric axes
+# ("hide past div") measures every label against the page on every draw, once per label it places (a tenth of
+# the page's time drawing a 2-process Launch's Dashboard on 2 busy cores)
+TEMPLATE = go.layout.Template(pio.templates["plotly_white"])
+TEMPLATE.layout.xaxis.ticklabeloverflow = "allow"
+TEMPLATE.layout.yaxis.ticklabeloverflow = "allow"
 
 
 class LiveFigure:

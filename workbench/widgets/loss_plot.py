@@ -33,7 +33,7 @@ from workbench.widgets.curve_style import (
     restyle,
     smoothed,
 )
-from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT, TEMPLATE, LiveFigure
 from workbench.widgets.metric_plot import metric_label
 from workbench.widgets.panels import MARGIN, legend_layout, panel_layout
 from workbench.widgets.series import DownsampledSeries, ema
@@ -99,7 +99,7 @@ class LossPlot(LiveFigure, Callback):
                 "margin": MARGIN,
                 "legend": legend_layout(several_runs=False),
                 "uirevision": "loss",  # keep the user's zoom across redraws
-                "template": "plotly_white",
+                "template": TEMPLATE,
             }
         )
         self.log_toggle = widgets.ToggleButton(

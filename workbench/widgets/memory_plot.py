@@ -15,7 +15,7 @@ from typing import Any
 from workbench._validate import check_int, check_nonnegative
 from workbench.train.events import Event
 from workbench.widgets._figure_widget import FigureWidget
-from workbench.widgets.live_figure import MIN_HEIGHT
+from workbench.widgets.live_figure import MIN_HEIGHT, TEMPLATE
 from workbench.widgets.rank_bars import RankBars
 
 PARTS = ("params", "grads", "optimizer_state", "activations")
@@ -63,7 +63,7 @@ class MemoryPlot(RankBars):
                 "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
                 "xaxis": {"type": "category"},
                 "uirevision": "memory",
-                "template": "plotly_white",
+                "template": TEMPLATE,
             }
         )
         super().__init__(figure, max_updates_per_s=max_updates_per_s)

@@ -16,7 +16,7 @@ from workbench._validate import check_int
 from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets._kernel import acknowledge_widget_message
-from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT, TEMPLATE, LiveFigure
 from workbench.widgets.series import DownsampledSeries
 
 _NOT_METRICS = {"step", "epoch", "rank", "time", "loss", "rank_loss"}  # the LossPlot draws the losses
@@ -77,7 +77,7 @@ class MetricPlot(LiveFigure, Callback):
                 "yaxis": {"tickformat": ".3~g"},
                 "legend": {"orientation": "h", "x": 0, "y": -0.25, "yanchor": "top"},
                 "uirevision": "metrics",
-                "template": "plotly_white",
+                "template": TEMPLATE,
             }
         )
         self.selector = widgets.Dropdown(

@@ -18,7 +18,7 @@ from workbench._validate import check_int
 from workbench.parallel.strategies.timeline import KINDS, StepTimeline
 from workbench.train.events import Callback, Event
 from workbench.widgets._figure_widget import FigureWidget
-from workbench.widgets.live_figure import MIN_HEIGHT, LiveFigure
+from workbench.widgets.live_figure import MIN_HEIGHT, TEMPLATE, LiveFigure
 
 _COLORS = plotly.colors.qualitative.Plotly  # one per micro-batch, repeating
 _KIND_STYLE: dict[str, dict[str, Any]] = {
@@ -71,7 +71,7 @@ class PipelineTimeline(LiveFigure, Callback):
                 "xaxis": {"title": {"text": "seconds from the step start"}, "rangemode": "tozero"},
                 "yaxis": {"type": "category", "autorange": "reversed"},
                 "uirevision": "timeline",
-                "template": "plotly_white",
+                "template": TEMPLATE,
             }
         )
         super().__init__(figure, max_updates_per_s=max_updates_per_s)

@@ -17,7 +17,7 @@ from workbench._validate import check_int, check_nonnegative
 from workbench.train.events import Event
 from workbench.train.step_time import PHASES
 from workbench.widgets._figure_widget import FigureWidget
-from workbench.widgets.live_figure import MIN_HEIGHT
+from workbench.widgets.live_figure import MIN_HEIGHT, TEMPLATE
 from workbench.widgets.rank_bars import RankBars
 
 _COLORS = {
@@ -57,7 +57,7 @@ class StepTimePlot(RankBars):
         (['rank 0', 'rank 1'], 0.002)
     """
 
-    def __init__(self, *, window: int = 5, max_updates_per_s: float = 4, height: int = 320) -> None:
+    def __init__(self, *, window: int = 5, max_updates_per_s: float = 1, height: int = 320) -> None:
         check_int("height", height, minimum=MIN_HEIGHT)
         self.window = check_int("window", window, minimum=1)
         figure = FigureWidget(
@@ -71,7 +71,7 @@ class StepTimePlot(RankBars):
                 "xaxis2": {"title": {"text": "step"}, "domain": [0.4, 1], "anchor": "y2"},
                 "yaxis2": {"rangemode": "tozero", "anchor": "x2"},
                 "uirevision": "step_time",
-                "template": "plotly_white",
+                "template": TEMPLATE,
             }
         )
         super().__init__(figure, max_updates_per_s=max_updates_per_s)
