@@ -68,3 +68,17 @@ def test_every_benchmark_says_a_bad_argument_in_one_line(name, capsys):
     assert main(["bench", name, *BAD_BENCH_ARGUMENTS[name]]) == 2
     said = capsys.readouterr().err
     assert said.startswith(f"workbench bench {name}: error: ") and said.count("\n") == 1, said
+
+
+def test_help_and_commands_that_need_no_training_start_without_importing_torch(tmp_path):
+    """`workbench --help`, a typo and `kernel install` answered after ~3.5 s (the parser imported the whole
+    training stack, torch included, for the names --optimizer and --compile accept)."""
+    code = (
+        "import sys\nfrom workbench.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules)"
+    )
+    for argv in (["--help"], ["train", "--help"], ["trian"], ["kernel", "install", "--prefix", "/proc/nope"]):
+        command = [sys.executable, "-c", code, *argv]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path)
+        assert done.stdout.splitlines()[-1] == "False", (argv, done.stdout[-500:], done.stderr[-2000:])

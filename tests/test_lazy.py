@@ -1,18 +1,20 @@
-"""Packages that import their public names on first use: kernels, parallel, widgets."""
+"""Packages that import their public names on first use: kernels, parallel, train, widgets."""
 
 import importlib
 
 import pytest
 
 
-@pytest.mark.parametrize("package", ["workbench.parallel", "workbench.widgets"])
+@pytest.mark.parametrize("package", ["workbench.parallel", "workbench.train", "workbench.widgets"])
 def test_every_listed_name_imports(package):
     module = importlib.import_module(package)
     for name in module.__all__:
         assert getattr(module, name) is not None
 
 
-@pytest.mark.parametrize("package", ["workbench.kernels", "workbench.parallel", "workbench.widgets"])
+@pytest.mark.parametrize(
+    "package", ["workbench.kernels", "workbench.parallel", "workbench.train", "workbench.widgets"]
+)
 def test_dir_lists_the_names_and_unknown_names_are_refused(package):
     module = importlib.import_module(package)  # the kernels' names would import numba: not asked for here
     assert set(module.__all__) <= set(dir(module))

@@ -29,7 +29,7 @@ from workbench.data import Splits
 from workbench.presets import PRESETS, build_experiment
 from workbench.tables import text_table
 from workbench.train import Trainer
-from workbench.train.compilation import COMPILE_MODES
+from workbench.train.choices import COMPILE_MODES
 
 DEFAULT_PRESETS = ("text-transformer", "digits-mlp", "images-cnn")
 

@@ -12,8 +12,7 @@ from workbench.parallel.strategies.registry import DEFAULT_TP, DISTRIBUTED, STRA
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    from workbench.train.compilation import COMPILE_MODES
-    from workbench.train.config import OPTIMIZERS, PRECISIONS, SCHEDULES
+    from workbench.train.choices import COMPILE_MODES, OPTIMIZERS, PRECISIONS, SCHEDULES
 
     train = commands.add_parser("train", help="train a preset model with a progress bar")
     train.add_argument("preset", nargs="?", help="which experiment; see --list")

@@ -1,5 +1,6 @@
 """Training on one device: config, the loop, events, control, checkpoints and run directories, and the
 `Strategy` protocol the loop talks to (`SingleDevice` here; the distributed ones in the `parallel` package).
+Names are imported on first use, so ``workbench.train.choices`` (what the command line lists) needs no torch.
 
 >>> from workbench.presets import build_experiment
 >>> from workbench.train import Trainer
@@ -8,61 +9,48 @@
 'finished'
 """
 
-from workbench.data import LoaderConfig
-from workbench.train.checkpoint import load_checkpoint, save_checkpoint
-from workbench.train.config import OPTIMIZERS, PRECISIONS, SCHEDULES, OptimizerConfig, TrainConfig
-from workbench.train.control import Changes, TrainControl
-from workbench.train.events import Callback, CallbackList, Event
-from workbench.train.follow import Follower, follow_metrics
-from workbench.train.job import Job
-from workbench.train.loggers import MLflowLogger, TensorBoardLogger
-from workbench.train.loop import FitResult, Trainer
-from workbench.train.loss_check import NonFiniteLossError
-from workbench.train.metrics import F1, Accuracy, Metric
-from workbench.train.metrics_log import MetricsLog, read_metrics
-from workbench.train.objective import Objective
-from workbench.train.optim import build_optimizer, lr_factor
-from workbench.train.precision import Precision, resolve_precision
-from workbench.train.run_dir import RunDir
-from workbench.train.strategy import SingleDevice, Strategy, StrategyBase
-from workbench.train.supervision import Supervision, supervised
+from workbench._lazy import lazy_attributes
 
-__all__ = [
-    "F1",
-    "OPTIMIZERS",
-    "PRECISIONS",
-    "SCHEDULES",
-    "Accuracy",
-    "Callback",
-    "CallbackList",
-    "Changes",
-    "Event",
-    "FitResult",
-    "Follower",
-    "Job",
-    "LoaderConfig",
-    "MLflowLogger",
-    "Metric",
-    "MetricsLog",
-    "NonFiniteLossError",
-    "Objective",
-    "OptimizerConfig",
-    "Precision",
-    "RunDir",
-    "SingleDevice",
-    "Strategy",
-    "StrategyBase",
-    "Supervision",
-    "TensorBoardLogger",
-    "TrainConfig",
-    "TrainControl",
-    "Trainer",
-    "build_optimizer",
-    "follow_metrics",
-    "load_checkpoint",
-    "lr_factor",
-    "read_metrics",
-    "resolve_precision",
-    "save_checkpoint",
-    "supervised",
-]
+_HOMES = {
+    "Accuracy": "workbench.train.metrics",
+    "Callback": "workbench.train.events",
+    "CallbackList": "workbench.train.events",
+    "Changes": "workbench.train.control",
+    "Event": "workbench.train.events",
+    "F1": "workbench.train.metrics",
+    "FitResult": "workbench.train.loop",
+    "Follower": "workbench.train.follow",
+    "Job": "workbench.train.job",
+    "LoaderConfig": "workbench.data",
+    "MLflowLogger": "workbench.train.loggers",
+    "Metric": "workbench.train.metrics",
+    "MetricsLog": "workbench.train.metrics_log",
+    "NonFiniteLossError": "workbench.train.loss_check",
+    "OPTIMIZERS": "workbench.train.choices",
+    "Objective": "workbench.train.objective",
+    "OptimizerConfig": "workbench.train.config",
+    "PRECISIONS": "workbench.train.choices",
+    "Precision": "workbench.train.precision",
+    "RunDir": "workbench.train.run_dir",
+    "SCHEDULES": "workbench.train.choices",
+    "SingleDevice": "workbench.train.strategy",
+    "Strategy": "workbench.train.strategy",
+    "StrategyBase": "workbench.train.strategy",
+    "Supervision": "workbench.train.supervision",
+    "TensorBoardLogger": "workbench.train.loggers",
+    "TrainConfig": "workbench.train.config",
+    "TrainControl": "workbench.train.control",
+    "Trainer": "workbench.train.loop",
+    "build_optimizer": "workbench.train.optim",
+    "follow_metrics": "workbench.train.follow",
+    "load_checkpoint": "workbench.train.checkpoint",
+    "lr_factor": "workbench.train.optim",
+    "read_metrics": "workbench.train.metrics_log",
+    "resolve_precision": "workbench.train.precision",
+    "save_checkpoint": "workbench.train.checkpoint",
+    "supervised": "workbench.train.supervision",
+}
+
+__all__ = sorted(_HOMES)
+
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES)

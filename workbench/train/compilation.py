@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 MAX_REASONS = 5  # graph-break reasons kept in a report (the most frequent)
 
 

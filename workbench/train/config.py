@@ -14,12 +14,8 @@ from typing import Any
 
 from workbench._validate import check_choice, check_int
 from workbench.data import LoaderConfig
-from workbench.train.compilation import COMPILE_MODES
+from workbench.train.choices import COMPILE_MODES, DEVICES, OPTIMIZERS, PRECISIONS, SCHEDULES
 
-OPTIMIZERS = ("sgd", "adam", "adamw")
-SCHEDULES = ("constant", "cosine", "linear")
-PRECISIONS = ("fp32", "bf16", "fp16")
-DEVICES = ("auto", "cpu", "cuda")
 MAX_LR = 1e3  # a learning rate above this is a typo (1e3 vs 1e-3), not a setting
 MAX_BATCH_SIZE = 2**31 - 1  # torch indexes a batch with int32 in places
 MAX_SEED = 2**32 - 1  # numpy and CUDA generators take 32-bit seeds
