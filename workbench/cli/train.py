@@ -12,7 +12,7 @@ from workbench.parallel.strategies.registry import DEFAULT_TP, DISTRIBUTED, STRA
 
 
 def add(commands: argparse._SubParsersAction) -> None:
-    from workbench.train.choices import COMPILE_MODES, OPTIMIZERS, PRECISIONS, SCHEDULES
+    from workbench.train.choices import COMPILE_MODES, DEVICES, OPTIMIZERS, PRECISIONS, SCHEDULES
 
     train = commands.add_parser("train", help="train a preset model with a progress bar")
     train.add_argument("preset", nargs="?", help="which experiment; see --list")
@@ -33,7 +33,7 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--clip-value", type=float)
     train.add_argument("--accumulate", type=int, help="micro-batches per optimizer step")
     train.add_argument("--seed", type=int)
-    train.add_argument("--device", choices=("auto", "cpu", "cuda"))
+    train.add_argument("--device", choices=DEVICES)
     train.add_argument("--n-samples", type=int, help="dataset size (regression, images-cnn, text)")
     train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     train.add_argument(

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from workbench.train.choices import PRECISIONS
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -54,8 +56,9 @@ def resolve_precision(name: str, device: torch.device) -> Precision:
         ...
         ValueError: precision='fp16' needs a CUDA device (GradScaler); on CPU use 'bf16' or 'fp32'
     """
-    if name not in ("fp32", "bf16", "fp16"):
-        raise ValueError(f"precision={name!r} is not supported; allowed values: 'fp32', 'bf16', 'fp16'")
+    if name not in PRECISIONS:
+        allowed = ", ".join(map(repr, PRECISIONS))
+        raise ValueError(f"precision={name!r} is not supported; allowed values: {allowed}")
     if name == "fp16" and device.type != "cuda":
         raise ValueError("precision='fp16' needs a CUDA device (GradScaler); on CPU use 'bf16' or 'fp32'")
     if name == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():

@@ -21,6 +21,7 @@ import torch
 from workbench._validate import check_choice
 from workbench.data import move_batch
 from workbench.train import gradients
+from workbench.train.choices import DEVICES
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes
 from workbench.train.objective import LossFn, Objective
@@ -285,7 +286,7 @@ class SingleDevice(StrategyBase):
 def _resolve_device(name: str | torch.device) -> torch.device:
     if isinstance(name, torch.device):
         return name
-    check_choice("device", name, ("auto", "cpu", "cuda"))
+    check_choice("device", name, DEVICES)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
