@@ -1,7 +1,7 @@
 # Two commands on a fresh machine:
 #   make lab    set up .venv, install the `workbench` kernelspec, open the tutorials in JupyterLab
 #   make test   set up .venv from the lock file and run every test and notebook (ruff, import layers,
-#               pytest, nbval, the built wheel in a venv of its own)
+#               pytest, Run All of each notebook in JupyterLab, the built wheel in a venv of its own)
 #   (also: make install, lint, clean, lock, test-lowest, screenshots: the tour pictures (README, docs/tour.md),
 #   figures: pictures of each notebook's plots in its outputs (GitHub, nbviewer), and
 #   gpu-wheels / gpu-check: the offline GPU check, below)
@@ -73,15 +73,15 @@ lab: $(STAMP)
 
 # compileall: the suite starts hundreds of Python processes (workers, ranks, the CLI, kernels); with bytecode
 # writing off (PYTHONDONTWRITEBYTECODE, as on some CI images) each would compile workbench from source again.
-# The tour is left out of this nbval run: tests/test_wheel.py runs it under nbval on the installed wheel's
-# kernel (once is enough).
+# The notebooks run once: tests/browser/test_notebook_in_browser.py presses Run All in JupyterLab with the
+# exercises' stubs, then runs the answers in the same page and compares the checked cells as nbval would;
+# tests/test_wheel.py runs the tour under nbval on the installed wheel's kernel.
 test: $(LOCKED_STAMP) system
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m compileall -q workbench tests conftest.py
-	$(BIN)/python -m pytest --nbval-lax --doctest-modules --durations=25 --ignore=notebooks/00_tour.ipynb \
-	  $(PYTEST_ARGS) tests workbench notebooks
+	$(BIN)/python -m pytest --doctest-modules --durations=25 $(PYTEST_ARGS) tests workbench
 
 install: $(STAMP)
 

@@ -1,9 +1,10 @@
 """Every pytest run (`make test`, nbval, the browser test's JupyterLab) runs the tutorials at their short CI
 sizes: WORKBENCH_QUICK=1, read by the notebooks' parameter cells, inherited by the kernels they start.
 
-nbval runs the exercises' reference answers (WORKBENCH_ANSWERS=1: the ``%%answer`` cells run), so every
-check is checked against one; the browser test's JupyterLab drops it and runs the notebooks as a learner
-does, with the stubs (tests/browser/jupyterlab.py)."""
+A notebook run by nbval here (the tour on the installed wheel, `workbench gpu-check`) runs the exercises'
+reference answers (WORKBENCH_ANSWERS=1: the ``%%answer`` cells run). The browser test's JupyterLab drops it:
+Run All goes as a learner's does, with the stubs; then the test turns the answers on in the kernel and runs
+what the stubs held back (tests/browser/test_notebook_in_browser.py)."""
 
 import os
 

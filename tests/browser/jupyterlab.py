@@ -90,6 +90,7 @@ def running_lab(root: Path, port: int) -> Iterator[Lab]:
         f"--IdentityProvider.token={TOKEN}", "--ServerApp.allow_root=True",
         f"--LabApp.workspaces_dir={root / 'workspaces'}",  # never restore a user's open tabs
         f"--LabApp.user_settings_dir={root / 'settings'}",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: the tests read the model, run cells
     ]  # fmt: skip
     env = {**os.environ, "JUPYTER_PREFER_ENV_PATH": "1"}
     env.pop("WORKBENCH_ANSWERS", None)  # a learner's Run All: the %%answer cells stay unrun, the stubs stay
@@ -276,6 +277,35 @@ def wait_until_kernel_quiet(lab: Lab, notebook: str, timeout_s: float, quiet_s: 
         if time.monotonic() > deadline:
             raise TimeoutError(f"{notebook}'s kernel is still {kernel['execution_state']}")
         time.sleep(0.5)
+
+
+def notebook_in_page(page) -> dict:
+    """The notebook of `page` (one open, see `open_notebook`) as its model holds it: nbformat JSON, each
+    code cell with the outputs the page received."""
+    return page.evaluate(f"() => {_PANEL_JS}.content.model.toJSON()")
+
+
+def run_cells_again(page, indices: list[int], setup: str) -> None:
+    """Run `setup` in the kernel of `page`'s notebook (silently), then each cell of `indices` (positions
+    among all cells) in that order, as a user selects a cell and presses Ctrl+Enter; returns when the last
+    one ran."""
+    page.evaluate(
+        f"""async ([indices, setup]) => {{
+            const app = window.jupyterapp, panel = {_PANEL_JS};
+            const kernel = panel.sessionContext.session.kernel;
+            await kernel.requestExecute({{code: setup, silent: true, store_history: false}}).done;
+            for (const index of indices) {{
+                panel.content.activeCellIndex = index;
+                panel.content.deselectAll();
+                await app.commands.execute('notebook:run-cell');
+            }}
+        }}""",
+        [indices, setup],
+    )
+
+
+# The page's one notebook (JupyterLab's app object, exposed by --LabApp.expose_app_in_browser).
+_PANEL_JS = "Array.from(window.jupyterapp.shell.widgets('main')).find(w => w.content && w.sessionContext)"
 
 
 def errors_in_page(page) -> list[str]:

@@ -7,6 +7,13 @@ bundle arrived at most once, and where a notebook has a Dashboard, its loss plot
 the notebook says and the progress bar reached 100%. The lab runs the notebooks as a learner does, with the
 exercises' stubs: every check says "not attempted yet", every cell built on a stub waits, and no
 ``%%answer`` cell runs.
+
+Then the exercises are done in the same page, as a learner does after Run All: with the answers on
+(``WORKBENCH_ANSWERS=1`` in the kernel) each cell that waited, said "not attempted yet" or held an unrun
+answer runs again, in order (a ``%%ranks`` one between the notebook's ``%ranks start`` and ``stop`` cells);
+no error may follow, and every checked cell (``# NBVAL_CHECK_OUTPUT``) must show the output stored in the
+repository (`checked_outputs`). So each notebook runs once in the suite, and nbval's comparison is made on
+this run (nbval itself runs the tour on the installed wheel, tests/test_wheel.py).
 Screenshots go to ``artifacts/browser/``.
 
 The lab, the browser and Run All live in ``jupyterlab.py``.
@@ -16,14 +23,26 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.browser.jupyterlab import ARTIFACTS, EMPTY_PLOTS_JS, REPO, NotebookRuns, errors_in_page
+from tests.browser.checked_outputs import differing_checked_cells
+from tests.browser.jupyterlab import (
+    ARTIFACTS,
+    EMPTY_PLOTS_JS,
+    REPO,
+    NotebookRuns,
+    errors_in_page,
+    notebook_in_page,
+    run_cells_again,
+    wait_until_kernel_quiet,
+)
 from tests.browser.stored_figures import store_figures
+from workbench.exercises.waiting import ANSWERS_ENV
 
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
 
@@ -46,6 +65,7 @@ def test_every_notebook_runs_in_the_browser_without_errors_and_with_filled_plots
     try:
         page, received = notebook_runs.finished(notebook, timeout_s=600)
         _check_page(page, received, notebook)
+        _do_the_exercises(page, notebook_runs.lab, notebook)
     finally:
         notebook_runs.close(notebook)
 
@@ -89,6 +109,59 @@ def _check_exercises_wait(page, notebook: str) -> None:
     said = f"{unrun} of {answers} answers unrun, {waiting} of {waits} cells waiting"
     assert (unrun, waiting) == (answers, waits), said
     assert not_attempted + waiting >= stubbed, f"{not_attempted} 'not attempted yet' for {stubbed} exercises"
+
+
+STUB_LINES = ("One answer, not run", "waiting for your ", "not attempted yet: ")
+
+
+def _do_the_exercises(page, lab, notebook: str) -> None:
+    """After Run All with the stubs: the answers on, each cell the stubs held back runs again, in order; no
+    error follows, none is held back any more, and the checked cells show their stored outputs."""
+    cells = notebook_in_page(page)["cells"]
+    again = _held_back(cells)
+    if again:
+        run_cells_again(page, again, f"import os; os.environ[{ANSWERS_ENV!r}] = '1'")
+        wait_until_kernel_quiet(lab, notebook, timeout_s=300)
+        time.sleep(1.0)  # the last throttled widget messages
+    page.screenshot(path=str(ARTIFACTS / f"{Path(notebook).stem}-answers.png"), full_page=True)
+    assert errors_in_page(page) == [], "after the answers"
+    ran = notebook_in_page(page)
+    still = [i for i, cell in enumerate(ran["cells"]) if any(s in _output_text(cell) for s in STUB_LINES)]
+    assert still == [], f"cells {still} still wait or hold an unrun answer after the answers ran"
+    stored = json.loads((REPO / "notebooks" / notebook).read_text())
+    assert differing_checked_cells(stored, ran) == []
+
+
+def _held_back(cells: list[dict]) -> list[int]:
+    """Positions of the cells the stubs held back: each ``%%answer`` and ``%%when_written`` cell and each
+    whose output says "not attempted yet"; with a ``%%ranks`` one among them after the ranks stopped, the
+    ``%ranks start`` cell before it and the ``%ranks stop`` cell after it (the ranks must run again)."""
+
+    def source(i: int) -> str:
+        return "".join(cells[i]["source"])
+
+    code = [i for i, cell in enumerate(cells) if cell["cell_type"] == "code"]
+    held = [
+        i
+        for i in code
+        if source(i).startswith(("%%answer", "%%when_written"))
+        or any(line in _output_text(cells[i]) for line in STUB_LINES)
+    ]
+    on_ranks = [i for i in held if "%%ranks" in source(i)]
+    if on_ranks:
+        stops = [i for i in code if i > on_ranks[-1] and source(i).strip() == "%ranks stop"]
+        starts = [i for i in code if i < on_ranks[0] and "%ranks start" in source(i)]
+        if stops and starts:
+            held = sorted({*held, starts[-1], stops[0]})
+    return held
+
+
+def _output_text(cell: dict) -> str:
+    """The text of a cell's outputs (streams and ``text/plain``), as nbformat JSON holds them."""
+    return "".join(
+        "".join(output.get("text", "")) + "".join(output.get("data", {}).get("text/plain", ""))
+        for output in cell.get("outputs", [])
+    )
 
 
 def _check_optimizers(page) -> None:
