@@ -82,7 +82,10 @@ def install_wheel(root: Path) -> InstalledWheel:
     constraints = root / "constraints.txt"
     constraints.write_text((REPO / "constraints.txt").read_text() + locked_versions())
     installed = InstalledWheel(wheel=wheel, venv=venv, home=home, workdir=workdir)
-    pip = [installed.python, "-m", "pip", "install", "--quiet", "-c", constraints]
+    # --no-compile: Python compiles what the commands import, on first use; pip compiling every module of
+    # torch, jupyterlab & co. up front took ~50 s of the suite (2 cores, 2026-11-28: the wheel's tests
+    # 161-188 s with it off, 223-232 s on, alternating)
+    pip = [installed.python, "-m", "pip", "install", "--quiet", "--no-compile", "-c", constraints]
     _check(installed.run(*pip, "torch"), "installing torch from the pin")
     _check(installed.run(*pip, f"{wheel}[lab]", "pytest", "nbval"), "installing the wheel")
     return installed
