@@ -113,13 +113,20 @@ def test_every_measured_pair_runs_on_tiny_inputs():
 
     rows = [
         *bench._matmul_rows(measure, 5, device, generator),
+        *bench._matmul_rows(measure, (8, 4, 12), device, generator, methods=("register", "vector")),
         *bench._reduction_rows(measure, 9, device, generator),
         *bench._optimizer_rows(measure, 7, device, generator),
         *bench._clip_rows(measure, 20, device, generator),
         *bench._xent_rows(measure, 3, 4, device, generator),
     ]
-    assert calls == [row.name for row in rows] and len(rows) == 11
-    assert {row.unit for row in rows[:5]} == {"GFLOP/s"} and {row.unit for row in rows[5:]} == {"GB/s"}
+    assert calls == [row.name for row in rows] and len(rows) == 16
+    assert {row.unit for row in rows[:10]} == {"GFLOP/s"} and {row.unit for row in rows[10:]} == {"GB/s"}
+    assert [(row.name, row.size) for row in rows[7:10]] == [
+        ("matmul vector A@Bᵀ", "5³"),
+        ("matmul register", "8×4×12"),
+        ("matmul vector", "8×4×12"),
+    ]
+    assert rows[9].flops == 2 * 8 * 4 * 12
 
 
 def test_the_workbench_command_runs_the_kernel_benchmark(capsys):

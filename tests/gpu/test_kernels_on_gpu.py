@@ -20,7 +20,7 @@ def test_a_cuda_tensor_is_used_in_place(cuda):
 
 @pytest.mark.parametrize("transpose_a", [False, True])
 @pytest.mark.parametrize("transpose_b", [False, True])
-@pytest.mark.parametrize("method", ["register", "tiled", "naive"])
+@pytest.mark.parametrize("method", ["register", "vector", "tiled", "naive"])
 def test_matmul_of_odd_shapes_matches_float64(cuda, method, transpose_a, transpose_b):
     m, k, n = 131, 77, 259
     a = torch.randn((k, m) if transpose_a else (m, k), device=cuda)
@@ -28,6 +28,21 @@ def test_matmul_of_odd_shapes_matches_float64(cuda, method, transpose_a, transpo
     c = matmul(a, b, method=method, transpose_a=transpose_a, transpose_b=transpose_b)
     want = (a.T if transpose_a else a).double() @ (b.T if transpose_b else b).double()
     assert c.device == cuda and c.dtype == torch.float32
+    assert relative_error(c, want) < 1e-5
+
+
+@pytest.mark.parametrize("transpose_a", [False, True])
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_the_vector_matmul_runs_its_own_kernel_on_ragged_tiles(cuda, monkeypatch, transpose_a, transpose_b):
+    """Sizes that are multiples of 4 but not of the 128×128 tile or the slab's depth of 8 (K % 8 == 4)."""
+    from workbench.kernels import gemm
+
+    monkeypatch.setattr(gemm, "register_kernel", lambda *args: pytest.fail(f"fell back: {args}"))
+    m, k, n = 132, 76, 260
+    a = torch.randn((k, m) if transpose_a else (m, k), device=cuda)
+    b = torch.randn((n, k) if transpose_b else (k, n), device=cuda)
+    c = matmul(a, b, method="vector", transpose_a=transpose_a, transpose_b=transpose_b)
+    want = (a.T if transpose_a else a).double() @ (b.T if transpose_b else b).double()
     assert relative_error(c, want) < 1e-5
 
 

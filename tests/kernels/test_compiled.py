@@ -54,6 +54,16 @@ def test_the_register_matmul_is_mostly_multiply_adds(reports):
             assert report["threads"] == 256 and report["registers"] <= 255
 
 
+def test_the_vector_matmul_reads_its_slabs_four_floats_at_a_time(reports):
+    """Per k a thread reads its 8 values of a and 8 of b in four 128-bit shared loads (8 k per slab: 32
+    LDS; one float at a time would be 128) for 64 FFMA, and its loop is at least 80% FFMA."""
+    vector = [report for report in reports if report["name"].startswith("matmul vector")]
+    assert len(vector) == 2 * 4 * 2  # two architectures, four transposed forms, 128×128 and 64×64 tiles
+    for report in vector:
+        assert report["opcodes"]["LDS"] == 32 and report["opcodes"]["FFMA"] == 512, report["opcodes"]
+        assert report["ffma_share"] >= 0.8, report
+
+
 def test_the_reductions_end_in_warp_shuffles(reports):
     """The last 32 partial results go to lane 0 through registers (5 steps), not 5 more shared-memory rounds:
     one SHFL per step for the sums, two (max and sum) for cross-entropy's rows."""

@@ -1,4 +1,4 @@
-"""The three matmul kernels against the float64 spec on odd shapes, in every transposed form."""
+"""The four matmul kernels against the float64 spec on odd shapes, in every transposed form."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,12 @@ import torch
 from workbench.kernels import matmul, matmul_spec
 
 # Small launches so that 17×23 @ 23×9 spans several blocks with ragged edges on the simulator.
-LAUNCHES = {"naive": {"block": 4}, "tiled": {"block": 4}, "register": {"block": 2, "per_thread": 2}}
+LAUNCHES = {
+    "naive": {"block": 4},
+    "tiled": {"block": 4},
+    "register": {"block": 2, "per_thread": 2},
+    "vector": {"block": 2},
+}
 
 
 def _operands(rng, m, k, n, transpose_a, transpose_b):
@@ -16,7 +21,7 @@ def _operands(rng, m, k, n, transpose_a, transpose_b):
     return a, b
 
 
-@pytest.mark.parametrize("method", ["naive", "tiled", "register"])
+@pytest.mark.parametrize("method", ["naive", "tiled", "register", "vector"])
 @pytest.mark.parametrize(
     ("transpose_a", "transpose_b"), [(False, False), (True, False), (False, True), (True, True)]
 )
@@ -27,7 +32,7 @@ def test_odd_shapes_match_the_spec(rng, assert_close, method, transpose_a, trans
     assert_close(got, matmul_spec(a, b, transpose_a=transpose_a, transpose_b=transpose_b))
 
 
-@pytest.mark.parametrize("method", ["naive", "tiled", "register"])
+@pytest.mark.parametrize("method", ["naive", "tiled", "register", "vector"])
 def test_default_launch_and_torch_tensors(rng, assert_close, device, method):
     a, b = _operands(rng, 5, 7, 3, False, True)
     ta, tb = torch.from_numpy(a).to(device), torch.from_numpy(b).to(device)
@@ -53,7 +58,10 @@ def test_mismatched_inner_dimensions_name_both_shapes():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"method": "strassen"}, "method='strassen' is not supported; allowed values: 'register', 'tiled'"),
+        (
+            {"method": "strassen"},
+            "method='strassen' is not supported; allowed values: 'register', 'vector', 'tiled'",
+        ),
         ({"block": 0}, "block must be an integer from 1 to 32"),
         ({"block": 33}, "block must be an integer from 1 to 32"),
         ({"method": "tiled", "per_thread": 2}, "per_thread applies to method='register' only"),
@@ -62,6 +70,11 @@ def test_mismatched_inner_dimensions_name_both_shapes():
         ({"block": 32, "per_thread": 8}, "block=32 gives 1024 threads"),
         ({"block": 6, "per_thread": 2}, "tiles by powers of two: .* got block=6, per_thread=2"),
         ({"block": 16, "per_thread": 1}, "block=16 with per_thread=1 leaves some .* use per_thread ≥ 2"),
+        (
+            {"method": "vector", "per_thread": 4},
+            "method='vector' computes 8×8 outputs per thread; pass no per_",
+        ),
+        ({"method": "vector", "block": 3}, "method='vector' takes block in 2, 4, 8, 16, got 3"),
     ],
 )
 def test_bad_launch_options_are_named(options, message):
@@ -78,7 +91,7 @@ def test_operands_must_be_float32_matrices():
         matmul(np.ones(4, np.float32), a)
 
 
-@pytest.mark.parametrize("method", ["naive", "tiled", "register"])
+@pytest.mark.parametrize("method", ["naive", "tiled", "register", "vector"])
 def test_more_column_tiles_than_grid_y_holds(rng, assert_close, monkeypatch, method):
     """Grid y is capped (65,535 blocks on a GPU); here at 1, so one block column walks every column tile."""
     from workbench.kernels import gemm
@@ -108,10 +121,10 @@ def test_a_generated_kernel_is_written_once_and_imported_from_its_file(tmp_path,
 
     monkeypatch.setenv(register_tile.CACHE_VARIABLE, str(tmp_path))
     source = register_tile._HEADER + register_tile.register_source(False, True, 2, 2)
-    first = register_tile._source_module(source)
+    first = register_tile.source_module(source, "register_matmul")
     (path,) = tmp_path.glob("register_matmul_*.py")
     stamp = path.stat().st_mtime_ns
-    second = register_tile._source_module(source)
+    second = register_tile.source_module(source, "register_matmul")
     assert path.stat().st_mtime_ns == stamp and path.read_text() == source
     assert callable(first.register) and callable(second.register)
     assert register_tile.kernel_cache_folder() == tmp_path

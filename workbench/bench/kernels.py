@@ -1,7 +1,7 @@
 """The numba kernels of `workbench.kernels` against their torch counterparts, on this machine's GPU.
 
     workbench bench kernels             # quick sizes: matmul 2048³, 10M-parameter Adam and clipping
-    workbench bench kernels --full      # matmul 4096³, Adam and clipping over 100M parameters
+    workbench bench kernels --full      # matmul 4096³ (and 1024³, 8192×1024×8192), 100M-parameter Adam
     workbench bench kernels --static    # no GPU: what the compiler predicts (bench.kernels_static)
 
 Each kernel and its torch counterpart run on the same data: warm-up, then ``repeats`` samples timed with
@@ -30,7 +30,7 @@ import torch
 from torch.nn import functional
 
 from workbench._validate import check_int
-from workbench.bench.kernel_sizes import MILLION, SIZES, WIDE_XENT
+from workbench.bench.kernel_sizes import MATMUL_SHAPES, MILLION, SIZES, WIDE_XENT
 from workbench.devices.microbench import (
     alternating_cuda_seconds,
     benchmark_hardware,
@@ -207,6 +207,9 @@ def _gpu_rows(
         return KernelRow(name, size, counterpart, ours_s, torch_s, flops, moved, unit, peak)
 
     yield from _matmul_rows(measure, sizes["matmul"], device, generator)
+    if not quick:  # the kernels issue's other shapes: a grid smaller than the GPU, and a wide K-thin one
+        for m, k, n in MATMUL_SHAPES:
+            yield from _matmul_rows(measure, (m, k, n), device, generator, methods=("register", "vector"))
     yield from _reduction_rows(measure, sizes["vector"], device, generator)
     yield from _optimizer_rows(measure, sizes["params"], device, generator)
     yield from _clip_rows(measure, sizes["params"], device, generator)
@@ -215,19 +218,31 @@ def _gpu_rows(
         yield from _xent_rows(measure, *WIDE_XENT, device, generator)
 
 
-def _matmul_rows(measure: Measure, n: int, device: torch.device, generator: torch.Generator):
+def _matmul_rows(
+    measure: Measure,
+    shape: int | tuple[int, int, int],
+    device: torch.device,
+    generator: torch.Generator,
+    methods: tuple[str, ...] = ("naive", "tiled", "register", "vector"),
+):
+    """Rows for op(a) M×K @ op(b) K×N (`shape` n: n³): each method, and the register and vector kernels with
+    a transposed operand (a square shape only: the same operands serve every form)."""
     from workbench.kernels import matmul
 
-    a, b = (torch.randn(n, n, device=device, generator=generator) for _ in range(2))
-    flops, moved = 2 * n**3, 3 * 4 * n**2  # each matrix read or written once at least
+    m, k, n = (shape, shape, shape) if isinstance(shape, int) else shape
+    a = torch.randn(m, k, device=device, generator=generator)
+    b = torch.randn(k, n, device=device, generator=generator)
+    flops, moved = 2 * m * k * n, 4 * (m * k + k * n + m * n)  # each matrix read or written once at least
+    size = f"{n}³" if m == k == n else f"{m}×{k}×{n}"
+    forms = [(f"matmul {method}", method, False, False) for method in methods]
+    if m == k == n:
+        for method in ("register", "vector"):
+            forms += [
+                (f"matmul {method} Aᵀ@B", method, True, False),
+                (f"matmul {method} A@Bᵀ", method, False, True),
+            ]
     with float32_matmul_precision("highest"):  # IEEE fp32: TF32 off, restored after
-        for label, method, transpose_a, transpose_b in (
-            ("matmul naive", "naive", False, False),
-            ("matmul tiled", "tiled", False, False),
-            ("matmul register", "register", False, False),
-            ("matmul register Aᵀ@B", "register", True, False),
-            ("matmul register A@Bᵀ", "register", False, True),
-        ):
+        for label, method, transpose_a, transpose_b in forms:
 
             def ours(method=method, ta=transpose_a, tb=transpose_b):
                 return matmul(a, b, method=method, transpose_a=ta, transpose_b=tb)
@@ -235,7 +250,7 @@ def _matmul_rows(measure: Measure, n: int, device: torch.device, generator: torc
             def theirs(ta=transpose_a, tb=transpose_b):
                 return torch.mm(a.T if ta else a, b.T if tb else b)
 
-            yield measure(label, f"{n}³", "torch.mm (fp32, TF32 off)", ours, theirs, flops, moved, "GFLOP/s")
+            yield measure(label, size, "torch.mm (fp32, TF32 off)", ours, theirs, flops, moved, "GFLOP/s")
 
 
 def _reduction_rows(measure: Measure, n: int, device: torch.device, generator: torch.Generator):

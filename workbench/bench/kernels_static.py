@@ -38,7 +38,8 @@ MEASURED_HEADERS = ("measured ms (H100)", "measured / predicted")
 # kernel → the gpu-check row that measured it at the full sizes (same FLOPs and bytes as `kernel_work`)
 MEASURED_ROWS = {
     "matmul naive": "matmul naive 4096³", "matmul tiled": "matmul tiled 4096³",
-    "matmul register": "matmul register 4096³", "sum": "sum 100M", "squared norm": "squared_norm 100M",
+    "matmul register": "matmul register 4096³", "matmul vector": "matmul vector 4096³",
+    "sum": "sum 100M", "squared norm": "squared_norm 100M",
     "sgd": "SGD momentum 100M params", "adam": "Adam 100M params",
 }  # fmt: skip
 

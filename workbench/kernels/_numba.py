@@ -96,7 +96,8 @@ def torch_device() -> torch.device:
 
 
 @cache
-def _multiprocessors() -> int:
+def multiprocessors() -> int:
+    """SMs of numba's current GPU (read once per process)."""
     return int(load_cuda().get_current_device().MULTIPROCESSOR_COUNT)
 
 
@@ -110,7 +111,7 @@ def launch_1d(n: int, threads: int | None = None, blocks: int | None = None) -> 
     if threads is None:
         threads = SIMULATOR_THREADS if simulator else GPU_THREADS
     check_power_of_two("threads", threads)
-    most = SIMULATOR_BLOCKS if simulator else GPU_BLOCKS_PER_SM * _multiprocessors()
+    most = SIMULATOR_BLOCKS if simulator else GPU_BLOCKS_PER_SM * multiprocessors()
     if blocks is None:
         blocks = max(1, min(math.ceil(n / threads), most))
     check_int("blocks", blocks, minimum=1)
@@ -207,6 +208,15 @@ class Buffer:
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def address(self) -> int:
+        """Address of the first element: device memory on a GPU, host memory on the simulator."""
+        if self.kind == "torch":
+            return self.host.data_ptr()
+        if on_simulator():
+            return self.device.ctypes.data
+        return self.device.__cuda_array_interface__["data"][0]
 
     def flat(self) -> Buffer:
         """The same memory as a 1-D buffer (views, no copies); itself when it is 1-D."""

@@ -1,5 +1,5 @@
 """Two additions to numba-cuda's CPU simulator: a fix for shared arrays that two threads of a block may
-allocate twice, and the warp shuffle it lacks.
+allocate twice, shared arrays with an alignment, and the warp shuffle it lacks.
 
 The simulator runs every CUDA thread of a block as a Python thread. ``cuda.shared.array`` looks the block's
 array up by the calling line and creates it when missing, without a lock (numba-cuda 0.30): when the
@@ -8,7 +8,9 @@ of their own, the block's threads no longer share their tiles, and a kernel such
 wrong numbers now and then (seen once in CI; made certain by slowing that step down, in
 ``tests/kernels/test_simulator.py``). :func:`guard_shared_arrays` replaces the method with one that looks up
 and stores under a lock. It changes only the simulator's class, once per process, and is applied by
-:func:`workbench.kernels._numba.load_cuda` when kernels run on the simulator.
+:func:`workbench.kernels._numba.load_cuda` when kernels run on the simulator. numba-cuda's simulator refuses
+``alignment=`` (which the vectorized matmul gives its slabs, `workbench.kernels.vector_tile`); the guard's
+method honours it.
 
 The simulator has no ``cuda.shfl_down_sync``, which the reductions use for their last five steps on a GPU.
 :func:`emulate_warp_shuffles` adds it, so the simulator tests run the kernels' own code: each calling thread
@@ -45,8 +47,8 @@ def guard_shared_arrays() -> bool:
     lock = threading.Lock()
 
     def array(self: Any, shape: Any, dtype: Any, alignment: Any = None) -> np.ndarray:
-        if alignment is not None or shape == 0:  # refused, or the one dynamic buffer: nothing to race on
-            return unguarded(self, shape, dtype, alignment)
+        if shape == 0:  # the one dynamic buffer: nothing to race on
+            return unguarded(self, shape, dtype)
         caller = sys._getframe(1)  # the kernel's line identifies the array, as in numba's own method
         key = (caller.f_code.co_filename, caller.f_lineno)
         if isinstance(dtype, types.Type):
@@ -54,7 +56,7 @@ def guard_shared_arrays() -> bool:
         with lock:
             found = self._allocations.get(key)
             if found is None:
-                found = self._allocations[key] = np.empty(shape, dtype)
+                found = self._allocations[key] = aligned_empty(shape, dtype, alignment)
         return found
 
     array.__doc__ = unguarded.__doc__
@@ -62,6 +64,21 @@ def guard_shared_arrays() -> bool:
     setattr(array, GUARD_MARK, True)
     shared.array = array
     return True
+
+
+def aligned_empty(shape: Any, dtype: Any, alignment: int | None) -> np.ndarray:
+    """``np.empty(shape, dtype)`` whose first byte is a multiple of `alignment` (None: NumPy's own).
+
+    Example:
+        >>> aligned_empty((3, 5), np.float32, 64).ctypes.data % 64
+        0
+    """
+    array = np.empty(shape, dtype)
+    if not alignment or array.ctypes.data % alignment == 0:
+        return array
+    raw = np.empty(array.nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start : start + array.nbytes].view(array.dtype).reshape(array.shape)
 
 
 SHUFFLE_MARK = "_workbench_shfl_down_sync"

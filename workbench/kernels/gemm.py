@@ -1,6 +1,8 @@
-"""Matrix multiply on the GPU three ways: one thread per output, shared-memory tiles, register blocking.
+"""Matrix multiply on the GPU four ways: one thread per output, shared-memory tiles, register blocking, and
+register blocking with 128-bit loads.
 
     c = matmul(a, b)                         # register-blocked (the default): 8×8 outputs per thread
+    c = matmul(a, b, method="vector")        # the same tiles, every access 4 floats wide
     c = matmul(a, b, method="tiled")         # 16×16 tiles staged in shared memory
     dw = matmul(dy, x, transpose_a=True)     # dyᵀ @ x, reading dy transposed (nothing is materialised)
 
@@ -12,7 +14,10 @@ What each method costs in global memory (M×K @ K×N):
 - naive: every thread reads a row of A and a column of B: 2K reads per output;
 - tiled (T×T tiles): each element loaded into shared memory serves T outputs: 2K/T reads per output;
 - register (T×T threads, R×R outputs each, tiles of TR×D): 2K/(TR) reads per output, and each value read
-  from shared memory into a register serves R multiply-adds (`workbench.kernels.register_tile`).
+  from shared memory into a register serves R multiply-adds (`workbench.kernels.register_tile`);
+- vector: as register with R = 8, each load, shared read and store moving 4 floats, and no bounds work in
+  the loop over k (`workbench.kernels.vector_tile`); it needs sizes that are multiples of 4 and 16-byte
+  aligned operands, and runs the register kernel on others.
 """
 
 from __future__ import annotations
@@ -24,14 +29,24 @@ from typing import Any
 import numpy as np
 
 from workbench._validate import check_choice, check_int
-from workbench.kernels._numba import as_buffer, bind_cuda, empty, launch, on_simulator
+from workbench.kernels._numba import as_buffer, bind_cuda, empty, launch, multiprocessors, on_simulator
 from workbench.kernels.register_tile import BLOCKS_PER_SM, loads_per_thread, register_kernel
 from workbench.kernels.targets import F32_2D, KernelTarget
+from workbench.kernels.vector_tile import BLOCKS_PER_SM as VECTOR_BLOCKS_PER_SM
+from workbench.kernels.vector_tile import (
+    GPU_THREADS,
+    PER_THREAD,
+    THREAD_CHOICES,
+    tile_of,
+    vector_kernel,
+    vector_ready,
+    vector_threads,
+)
 
-METHODS = ("register", "tiled", "naive")
+METHODS = ("register", "vector", "tiled", "naive")
 # block = threads per side of a block; per_thread = outputs per side of a thread (register method).
-GPU_DEFAULTS = {"naive": (16, None), "tiled": (16, None), "register": (16, 8)}
-SIMULATOR_DEFAULTS = {"naive": (16, None), "tiled": (8, None), "register": (4, 4)}
+GPU_DEFAULTS = {"naive": (16, None), "tiled": (16, None), "register": (16, 8), "vector": (16, None)}
+SIMULATOR_DEFAULTS = {"naive": (16, None), "tiled": (8, None), "register": (4, 4), "vector": (4, None)}
 # Rows of c run along grid x (up to 2³¹ - 1 blocks); columns along grid y, whose limit is 65,535 blocks:
 # wider matrices loop over column tiles (a grid-stride loop), so any shape launches.
 MAX_GRID_Y = 65_535
@@ -70,10 +85,12 @@ def matmul(
     Args:
         a: (M, K) float32, or (K, M) with ``transpose_a``; a torch tensor, NumPy array or device array.
         b: (K, N) float32, or (N, K) with ``transpose_b``.
-        method: ``"register"`` (default), ``"tiled"`` or ``"naive"``.
+        method: ``"register"`` (default), ``"vector"``, ``"tiled"`` or ``"naive"``.
         transpose_a, transpose_b: multiply by the transpose, read in place.
         block: threads per side of a block (and the tile edge); default 16 on a GPU, smaller on the simulator.
-            ``"register"``: a power of two up to 16 (more threads could not launch with its registers).
+            ``"register"``: a power of two up to 16 (more threads could not launch with its registers);
+            ``"vector"``: 2, 4, 8 or 16 (tiles of 8·block; on a GPU by default 16, or 8 when 128×128 tiles
+            would leave SMs idle).
         per_thread: ``"register"`` only: each thread computes per_thread × per_thread outputs, 1, 2, 4 or 8
             (default 8 on a GPU: 128×128 tiles; 4 on the simulator).
 
@@ -91,6 +108,7 @@ def matmul(
                [14., 50.]], dtype=float32)
     """
     check_choice("method", method, METHODS)
+    chosen_block = block
     block, per_thread = _launch_sizes(method, block, per_thread)
     transpose_a, transpose_b = bool(transpose_a), bool(transpose_b)
     a_buf, b_buf = as_buffer(a, "a", ndim=2), as_buffer(b, "b", ndim=2)
@@ -115,6 +133,17 @@ def matmul(
         # grid (ceil(M/T), ≤ ceil(N/T)), block (T, T); shared 2·T·(T+1) floats; each thread: 2·ceil(K/T)
         # global reads (one element of each tile), 2K shared reads, 1 write per output
         launch(kernel, grid_2d(m, n, block), (block, block), stream, *args)
+    elif method == "vector":
+        if chosen_block is None and not on_simulator():  # 64×64 tiles for outputs too small to fill the GPU
+            block = vector_threads(m, n, multiprocessors())
+        if vector_ready(m, n, k, (a_buf.address, b_buf.address, c_buf.address)):
+            kernel, side, tile = vector_kernel(transpose_a, transpose_b, block), block, tile_of(block)
+        else:  # sizes or addresses 128-bit accesses cannot take: the register kernel (its defaults, or block)
+            side, per = (block, PER_THREAD) if chosen_block else _launch_sizes("register", None, None)
+            kernel, tile = register_kernel(transpose_a, transpose_b, side, per), side * per
+        # grid (ceil(M/8T), ≤ ceil(N/8T)), block (T, T); shared 2·8·(8T+4) floats; each thread per slab of
+        # depth 8: 16/T 128-bit global loads per operand, per k 4 128-bit shared reads and 64 multiply-adds
+        launch(kernel, grid_2d(m, n, tile), (side, side), stream, *args)
     else:
         kernel = register_kernel(transpose_a, transpose_b, block, per_thread)
         # grid (ceil(M/TR), ≤ ceil(N/TR)), block (T, T); shared 2·D·(TR+4) floats (D = min(8, T²));
@@ -140,6 +169,16 @@ def _launch_sizes(method: str, block: int | None, per_thread: int | None) -> tup
     ok = isinstance(block, int) and not isinstance(block, bool) and 1 <= block <= 32
     if not ok:
         raise ValueError(f"block must be an integer from 1 to 32 (block² threads ≤ 1024), got {block!r}")
+    if method == "vector":
+        if per_thread is not None:
+            raise ValueError(
+                f"method='vector' computes {PER_THREAD}×{PER_THREAD} outputs per thread; pass no per_thread"
+            )
+        if block not in THREAD_CHOICES:
+            raise ValueError(
+                f"method='vector' takes block in {', '.join(map(str, THREAD_CHOICES))}, got {block}"
+            )
+        return block, None
     if method != "register":
         if per_thread is not None:
             raise ValueError(f"per_thread applies to method='register' only, not method={method!r}")
@@ -263,6 +302,14 @@ def gpu_targets() -> list[KernelTarget]:
                 BLOCKS_PER_SM,
             ),
         }
+        for threads in GPU_THREADS:  # 128×128 tiles ("matmul vector"), 64×64 for small outputs
+            label = (
+                "vector"
+                if threads == GPU_DEFAULTS["vector"][0]
+                else f"vector {tile_of(threads)}×{tile_of(threads)}"
+            )
+            build = partial(vector_kernel, transpose_a, transpose_b, threads)
+            builds[label] = (build, threads, VECTOR_BLOCKS_PER_SM)
         for method, (build, side, blocks_per_sm) in builds.items():
             name = f"matmul {method}{suffix}"
             targets.append(KernelTarget(name, build, operands, side * side, blocks_per_sm))

@@ -165,7 +165,7 @@ def register_kernel(transpose_a: bool, transpose_b: bool, threads: int, per_thre
         )
         exec(compile(source, filename, "exec"), namespace)
         return jit_kernel(launch_bounds=bounds)(namespace["register"])
-    module = _source_module(_HEADER + source)
+    module = source_module(_HEADER + source, "register_matmul")
     from numba import cuda
 
     return cuda.jit(launch_bounds=bounds, cache=True)(module.register)
@@ -187,18 +187,18 @@ def kernel_cache_folder() -> Path:
     return cache_folder("kernels")
 
 
-def _source_module(source: str) -> Any:
+def source_module(source: str, stem: str) -> Any:
     """`source` as an imported module backed by a file named after its hash (written once, atomically, so
     numba's cache, keyed by the file's time stamp, stays valid across processes and concurrent ranks)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     folder = kernel_cache_folder()
-    path = folder / f"register_matmul_{digest}.py"
+    path = folder / f"{stem}_{digest}.py"
     if not path.exists() or path.read_text() != source:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as file:
             file.write(source)
         os.replace(file.name, path)
-    spec = importlib.util.spec_from_file_location(f"workbench_register_matmul_{digest}", path)
+    spec = importlib.util.spec_from_file_location(f"workbench_{stem}_{digest}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
