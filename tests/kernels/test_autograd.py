@@ -18,16 +18,25 @@ def _twin(layer: NumbaLinear) -> nn.Linear:
     return twin.to(layer.weight.device)
 
 
-@pytest.mark.parametrize("method", ["register", "tiled", "naive"])
+@pytest.mark.parametrize(
+    ("method", "features", "rows"),
+    [
+        ("register", (5, 3), 7),
+        ("tiled", (5, 3), 7),
+        ("naive", (5, 3), 7),
+        ("vector", (5, 3), 7),  # sizes not multiples of 4: the register kernel
+        ("vector", (8, 4), 6),  # 12×8 inputs, 4 outputs: every matmul of forward and backward vectorized
+    ],
+)
 @pytest.mark.parametrize("bias", [True, False])
-def test_linear_matches_nn_linear(assert_close, device, method, bias):
+def test_linear_matches_nn_linear(assert_close, device, method, features, rows, bias):
     torch.manual_seed(0)
-    layer = NumbaLinear(5, 3, bias=bias, method=method).to(device)
+    layer = NumbaLinear(*features, bias=bias, method=method).to(device)
     twin = _twin(layer)
-    x = torch.randn(2, 7, 5, device=device)  # leading dimensions are flattened, then restored
+    x = torch.randn(2, rows, features[0], device=device)  # leading dimensions are flattened, then restored
     x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
     y_ours, y_theirs = layer(x_ours), twin(x_theirs)
-    assert y_ours.shape == (2, 7, 3)
+    assert y_ours.shape == (2, rows, features[1])
     assert_close(y_ours, y_theirs)
     weights = torch.randn_like(y_theirs)  # a loss whose gradient is not uniform
     (y_ours * weights).sum().backward()

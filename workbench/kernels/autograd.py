@@ -59,7 +59,7 @@ class NumbaLinear(nn.Module):
         in_features: size of each input's last dimension, ≥ 1.
         out_features: size of each output's last dimension, ≥ 1.
         bias: learn an additive bias.
-        method: the matmul kernel: ``"register"`` (default), ``"tiled"`` or ``"naive"``.
+        method: the matmul kernel: ``"register"`` (default), ``"vector"``, ``"tiled"`` or ``"naive"``.
 
     Example:
         >>> from workbench.kernels import torch_device
