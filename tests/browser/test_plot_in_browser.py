@@ -24,6 +24,7 @@ from tests.browser.jupyterlab import (
     ARTIFACTS,
     EMPTY_PLOTS_JS,
     errors_in_page,
+    run_cells_again,
     start_run_all,
     wait_for_run_all,
 )
@@ -248,3 +249,55 @@ def test_plots_drawn_before_the_page_could_show_them_keep_every_point(lab, page)
     assert errors_in_page(page) == [] and uncaught == []
     assert printed.strip() == "{'CPU': 4, 'RAM': 4} {'CPU': 4, 'RAM': 4}"
     assert drawn == [{"CPU": 4, "RAM": 4}] * 2, "the page lost what the kernel drew before showing the plots"
+
+
+SHOW_A_MONITOR = """\
+from workbench.widgets import DeviceMonitor
+
+
+def sample(t):
+    cpu = {"percent": 50.0, "per_core": [], "ram_used": 1, "ram_total": 4}
+    return {"time": 100.0 + t, "gpus": [], "cpu": cpu}
+
+
+monitor = DeviceMonitor()
+for t in range(3):
+    monitor.update(sample(t))
+monitor.flush()
+monitor.widget
+"""
+# Two plots due to draw before the monitor's next edit, as the page's shared queue holds them: the first one's
+# draw throws (as plotly.js does on an edit it cannot apply), the second counts its draws.
+QUEUE_A_FAILING_DRAW_JS = """() => {
+    const budget = globalThis[Symbol.for("workbench.plotly-draw-queue")];
+    globalThis.drawsAfterTheFailure = 0;
+    budget.queue.push(
+        { flush: () => { throw new Error("a plot's draw failed"); } },
+        { flush: () => { globalThis.drawsAfterTheFailure += 1; } },
+    );
+}"""
+MONITOR_POINTS_JS = """() => Object.fromEntries(
+    (document.querySelector('.js-plotly-plot').data || []).map(t => [t.name, (t.x || []).length]))"""
+
+
+def test_a_draw_that_throws_does_not_stop_the_plots_queued_behind_it(lab, page):
+    """The page's plots draw in turn from one queue; a draw that threw used to end the turn-taking: every
+    plot queued behind it waited for another plot's next edit, and a plot alone on the page never drew
+    again (its own edits saw it still queued)."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(SHOW_A_MONITOR)]
+    notebook.metadata["kernelspec"] = {"name": "workbench", "display_name": "Python (workbench)"}
+    nbformat.write(notebook, lab.notebooks / "failing_draw.ipynb")
+    uncaught = []
+    page.on("pageerror", lambda error: uncaught.append(str(error)))
+    start_run_all(page, lab.url, "failing_draw.ipynb")
+    wait_for_run_all(page, lab, "failing_draw.ipynb", timeout_s=180)
+    page.wait_for_function(f"({MONITOR_POINTS_JS})().CPU === 3", timeout=60_000)
+    page.evaluate(QUEUE_A_FAILING_DRAW_JS)
+    run_cells_again(page, [], "monitor.update(sample(3)); monitor.flush()")  # the monitor's next edit
+    try:
+        page.wait_for_function(f"({MONITOR_POINTS_JS})().CPU === 4", timeout=10_000)
+    finally:
+        drawn = page.evaluate(f"[globalThis.drawsAfterTheFailure, ({MONITOR_POINTS_JS})()]")
+        assert drawn == [1, {"CPU": 4, "RAM": 4}], "the plots queued behind the failing draw never drew"
+    assert len(uncaught) == 1 and "a plot's draw failed" in uncaught[0], uncaught  # reported, not swallowed

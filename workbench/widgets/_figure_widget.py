@@ -116,8 +116,11 @@ const drawNext = () => {
   if (budget.timer !== null || budget.queue.length === 0) return;
   budget.timer = setTimeout(() => {
     budget.timer = null;
-    budget.queue.shift().flush();
-    drawNext();
+    try {
+      budget.queue.shift().flush();
+    } finally {  // a draw that throws (plotly.js on an edit it cannot apply) still lets the next one draw
+      drawNext();
+    }
   }, Math.max(0, budget.next - performance.now()));
 };
 let replaying = null;  // the edit plotly's model or view reads now (see the model's proxy)
