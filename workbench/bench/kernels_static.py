@@ -7,14 +7,16 @@ measurement (``workbench bench kernels`` measures, on a GPU).
     workbench bench kernels --static --full    # matmul 4096³, 100M parameters
 
 Model: roofline time = max(FLOPs / FP32 peak, bytes / memory bandwidth) with the datasheet's peaks and each
-kernel's minimum traffic. For the matmul kernels, which are compute-bound at these sizes, the predicted
-fraction of FP32 peak is the FFMA share of the main loop: an issue-slot model (each of an SM's 4 schedulers
-issues one warp instruction a cycle, and the FP32 units take one FFMA each), so the time is the roofline's
-over that share, with every slot used; memory-bound kernels are predicted at their roofline. Both are
-ceilings. With ``--full`` the H100 rows add the time `workbench gpu-check` measured on an H100 (the report
-that comes with workbench) and measured / predicted: on 2026-11-26 the register matmul took 1.6× its
-issue-slot time, and Nsight Compute saw why: its schedulers issued in 65% of the cycles, with one block of
-8 warps per SM (216 registers a thread) too few to hide the shared-memory and FFMA latencies.
+kernel's minimum traffic; memory-bound kernels are predicted at their roofline (a ceiling). The matmuls,
+compute-bound at these sizes, are predicted from their main loop's instructions (`matmul_bound`): per SM and
+cycle, the 4 schedulers issue 4 warp instructions, of which a register-tiled matmul with 8 warps per SM
+keeps 2.69 busy (Nsight Compute on the H100, 2026-11-26: it issued in 65% of the cycles; cuBLAS in 87%),
+the FP32 units take 4 warp FFMAs on sm_90 (128 lanes) and 2 on sm_80 (64), and shared memory serves one
+128-byte wavefront (a warp's 32-bit load; 64-bit: 2, 128-bit: 4 at most). The slowest of the three sets the
+time; the fraction of FP32 peak is the FFMA time over it. With ``--full`` the H100 rows add the time
+`workbench gpu-check` measured on an H100 (the report that comes with workbench) and measured / predicted.
+Before this model, the prediction was the FFMA share alone (all 4 slots issuing): the register matmul took
+1.6× that time, the tiled one 4×.
 """
 
 from __future__ import annotations
@@ -42,6 +44,53 @@ MEASURED_ROWS = {
     "sum": "sum 100M", "squared norm": "squared_norm 100M",
     "sgd": "SGD momentum 100M params", "adam": "Adam 100M params",
 }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SmModel:
+    """What one SM does per cycle: warp instructions issued, warp FFMAs (FP32 lanes / 32), shared-memory
+    wavefronts (128 bytes)."""
+
+    ffma: float
+    issue: float = 4.0
+    shared_wavefronts: float = 1.0
+
+
+SM_MODELS = {"sm_80": SmModel(ffma=2.0), "sm_90": SmModel(ffma=4.0)}
+# Issue slots a register-tiled matmul at one block of 8 warps per SM keeps busy: IPC 2.69 of 4, Nsight Compute
+# on the H100 at 4096³ (2026-11-26, docs/gpu/raw/2026-11-26-4-ncu.csv)
+ISSUED_PER_CYCLE = 2.69
+
+
+def matmul_bound(main_loop: dict[str, int], arch: str) -> tuple[float, str]:
+    """(predicted fraction of FP32 peak, what bounds it) of a compute-bound kernel from its main loop's
+    instructions (``KernelReport.main_loop``): the FFMAs' cycles over the slowest of issue, FFMA and
+    shared-memory cycles (see the module docstring); (0.0, "-") without FFMA.
+
+    Example:
+        >>> register = {"FFMA": 512, "LDS.32": 128, "IMAD": 300, "IADD3": 5}  # 945 instructions
+        >>> fraction, bound = matmul_bound(register, "sm_90")
+        >>> round(fraction, 2), bound
+        (0.36, 'issue')
+        >>> matmul_bound({"FFMA": 16, "LDS.32": 32, "IADD3": 8}, "sm_90")  # two loads per FFMA
+        (0.125, 'shared memory')
+    """
+    ffma = main_loop.get("FFMA", 0)
+    if not ffma:
+        return 0.0, "-"
+    model = SM_MODELS[arch]
+    wavefronts = sum(
+        count * max(1, int(opcode.split(".")[1]) // 32)
+        for opcode, count in main_loop.items()
+        if opcode.startswith("LDS.")
+    )
+    cycles = {
+        "issue": sum(main_loop.values()) / min(ISSUED_PER_CYCLE, model.issue),
+        "FFMA": ffma / model.ffma,
+        "shared memory": wavefronts / model.shared_wavefronts,
+    }
+    bound = max(cycles, key=cycles.__getitem__)
+    return cycles["FFMA"] / cycles[bound], bound
 
 
 def kernel_work(name: str, quick: bool) -> tuple[str, float, float]:
@@ -97,15 +146,15 @@ class StaticRow:
 
     @property
     def predicted_s(self) -> float:
-        """The roofline time, over the FFMA share for a compute-bound matmul (issue slots)."""
+        """The roofline time, over the predicted fraction of peak for a compute-bound matmul."""
         share = self.predicted_of_peak
         return self.roofline_s / share if share else self.roofline_s
 
     @property
     def predicted_of_peak(self) -> float | None:
-        """Fraction of FP32 peak for a compute-bound matmul (the FFMA share); None otherwise."""
+        """Fraction of FP32 peak for a compute-bound matmul (`matmul_bound`); None otherwise."""
         if self.compute_bound and self.report["name"].startswith("matmul"):
-            return self.report["ffma_share"]
+            return matmul_bound(self.report["main_loop"], self.report["arch"])[0]
         return None
 
     def cells(self) -> list[str]:
@@ -115,7 +164,7 @@ class StaticRow:
             f"{r['ffma_share']:.0%}" if r["ffma_share"] else "-", self.size, f"{self.flops / 1e9:.3g}",
             f"{self.bytes / 1e6:,.0f}", f"{1e3 * self.roofline_s:.3g}",
             "compute" if self.compute_bound else "memory",
-            "-" if share is None else f"{share:.0%}",
+            "-" if share is None else f"{share:.0%} ({matmul_bound(r['main_loop'], r['arch'])[1]})",
         ]  # fmt: skip
 
 

@@ -102,6 +102,8 @@ class KernelReport:
     instructions: int  # SASS instructions (static count)
     ffma_share: float  # FFMA / instructions in the loop with the most FFMAs (0 without FFMA)
     opcodes: dict[str, int] = field(default_factory=dict)  # SASS opcode → static count
+    # that loop's instructions by opcode, memory accesses with their width in bits ("LDS.128", "LDG.32")
+    main_loop: dict[str, int] = field(default_factory=dict)
 
     @property
     def launchable(self) -> bool:
@@ -227,7 +229,8 @@ def compile_target(
         occupancy=fraction,
         instructions=len(instructions),
         ffma_share=_main_loop_ffma_share(instructions),
-        opcodes=dict(Counter(opcode for _, opcode, _ in instructions).most_common()),
+        main_loop=dict(Counter(_main_loop_mix(instructions)).most_common()),
+        opcodes=dict(Counter(_base(opcode) for _, opcode, _ in instructions).most_common()),
     )
 
 
@@ -255,7 +258,8 @@ _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 
 
 def _sass_instructions(sass: str) -> list[tuple[int, str, str | None]]:
-    """(address, opcode, branch target address) of each SASS instruction, NOPs left out."""
+    """(address, opcode, branch target address) of each SASS instruction, NOPs left out; a memory access's
+    opcode carries its width in bits (``LDS.128``, ``LDG.32``: see `_access_width`)."""
     labels: dict[str, int] = {}
     pending: list[str] = []
     parsed: list[tuple[int, str, str | None]] = []
@@ -272,7 +276,10 @@ def _sass_instructions(sass: str) -> list[tuple[int, str, str | None]]:
             labels[name] = address
         pending = []
         jump = _TARGET.search(found.group(5) or "")
-        parsed.append((address, found.group(3), jump.group(1) if jump else None))
+        opcode = found.group(3)
+        if opcode in _ACCESSES:
+            opcode = f"{opcode}.{_access_width(found.group(4) or '')}"
+        parsed.append((address, opcode, jump.group(1) if jump else None))
     return [
         (address, opcode, labels.get(name) if name else None)
         for address, opcode, name in parsed
@@ -280,20 +287,41 @@ def _sass_instructions(sass: str) -> list[tuple[int, str, str | None]]:
     ]
 
 
-def _main_loop_ffma_share(instructions: list[tuple[int, str, Any]]) -> float:
-    """FFMA / instructions in the loop (a backward branch's span) holding the most FFMAs; the whole kernel
-    when no loop holds one; 0 without FFMA."""
-    best: tuple[int, int] = (0, 1)  # (FFMAs, instructions)
+_ACCESSES = ("LDS", "STS", "LDG", "STG", "LD", "ST")
+
+
+def _access_width(modifiers: str) -> int:
+    """Bits per thread of a load or store from its SASS modifiers (``.E.128``, ``.U.64``; none: 32).
+
+    Example:
+        >>> _access_width(".E.128"), _access_width(".U8"), _access_width("")
+        (128, 8, 32)
+    """
+    found = re.findall(r"\.U?(8|16|32|64|128)\b", modifiers)
+    return int(found[-1]) if found else 32
+
+
+def _base(opcode: str) -> str:
+    return opcode.split(".")[0]
+
+
+def _main_loop_mix(instructions: list[tuple[int, str, Any]]) -> list[str]:
+    """The opcodes of the loop (a backward branch's span) holding the most FFMAs (the smallest such loop);
+    the whole kernel when no loop holds one."""
+    best: tuple[int, list[str]] = (0, [])
     for address, opcode, target in instructions:
         if opcode in ("BRA", "JMP") and target is not None and target <= address:
             body = [op for a, op, _ in instructions if target <= a <= address]
             count = body.count("FFMA")
-            if count > best[0] or (count == best[0] and count and len(body) < best[1]):
-                best = (count, len(body))
-    if best[0] == 0:
-        total = sum(op == "FFMA" for _, op, _ in instructions)
-        best = (total, max(len(instructions), 1))
-    return best[0] / best[1]
+            if count > best[0] or (count == best[0] and count and len(body) < len(best[1])):
+                best = (count, body)
+    return best[1] if best[0] else [op for _, op, _ in instructions]
+
+
+def _main_loop_ffma_share(instructions: list[tuple[int, str, Any]]) -> float:
+    """FFMA / instructions in the loop holding the most FFMAs (`_main_loop_mix`); 0 without FFMA."""
+    body = _main_loop_mix(instructions)
+    return body.count("FFMA") / max(len(body), 1)
 
 
 # ---------------------------------------------------------------------------------------------- running

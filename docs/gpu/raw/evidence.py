@@ -4,12 +4,13 @@
     ncu --profile-from-start off ... python3 docs/gpu/raw/evidence.py kernels   # Nsight Compute's view
     python3 docs/gpu/raw/evidence.py profile       # per call: host time, wall time, the GPU kernels in it
     python3 docs/gpu/raw/evidence.py memory        # what is alive at each estimator case's CUDA peak
+    python3 docs/gpu/raw/evidence.py matmul_tiles  # GFLOP/s of cuBLAS and our matmuls, tiles and shapes
 
 `workspaces` prints, as JSON, the bytes torch's CUDA allocator holds after the first fp32, bf16 and
 backward products of a fresh process (the library workspaces the memory estimate leaves out); `kernels`
-runs the register-tiled matmul and cuBLAS at 4096³ (TF32 off) and our fused Adam and torch's on 16M
-parameters once each inside cudaProfilerStart/Stop, after a warm-up that compiles, so that
-``ncu --profile-from-start off`` reads those four kernels alone. `profile` times each benchmarked kernel
+runs the register-tiled and vectorized matmuls and cuBLAS at 4096³ (TF32 off) and our fused Adam and
+torch's on 16M parameters once each inside cudaProfilerStart/Stop, after a warm-up that compiles, so that
+``ncu --profile-from-start off`` reads those five kernels alone. `profile` times each benchmarked kernel
 call and its torch counterpart three ways (the host's time to return, the wall time to a synchronize, the
 kernels torch.profiler saw, by name), so a gap shows as host work, a wait, or device time. `memory`
 records the CUDA allocator's history over `measure_peak` for each case of the estimator's matrix and
@@ -59,10 +60,11 @@ def kernels() -> None:
         p.grad = torch.randn_like(p)
     adam, torch_adam = FusedAdam(ours, lr=1e-3), torch.optim.Adam(theirs, lr=1e-3, fused=True)
     for _ in range(2):  # compile, create state
-        matmul(a, b), torch.mm(a, b), adam.step(), torch_adam.step()
+        matmul(a, b), matmul(a, b, method="vector"), torch.mm(a, b), adam.step(), torch_adam.step()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
     matmul(a, b)
+    matmul(a, b, method="vector")
     torch.mm(a, b)
     adam.step()
     torch_adam.step()
@@ -227,8 +229,45 @@ def memory() -> dict[str, object]:
     return found
 
 
+def matmul_tiles(repeats: int = 15) -> dict[str, dict[str, float]]:
+    """GFLOP/s of cuBLAS (TF32 off), the register matmul and the vector matmul at 128×128 and 64×64 tiles,
+    per size: the evidence for `vector_threads`' choice of tile and the kernels issue's other shapes.
+    Alternating variants, CUDA events, the median of `repeats` samples of 3 calls each."""
+    from workbench.kernels import matmul
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    variants: dict[str, Callable] = {
+        "cuBLAS": lambda a, b: torch.mm(a, b),
+        "register": lambda a, b: matmul(a, b),
+        "vector 128×128": lambda a, b: matmul(a, b, method="vector", block=16),
+        "vector 64×64": lambda a, b: matmul(a, b, method="vector", block=8),
+    }
+    found = {}
+    for m, k, n in ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 1024, 8192)):
+        a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
+        samples: dict[str, list[float]] = {name: [] for name in variants}
+        for run in variants.values():  # compile and warm up
+            run(a, b)
+        for _ in range(repeats):
+            for name, run in variants.items():
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(3):
+                    run(a, b)
+                end.record()
+                end.synchronize()
+                samples[name].append(start.elapsed_time(end) / 3 / 1e3)
+        flops = 2 * m * k * n
+        found[f"{m}×{k}×{n}"] = {
+            name: round(flops / statistics.median(seconds) / 1e9) for name, seconds in samples.items()
+        }
+    return found
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "workspaces":
+    if sys.argv[1] == "matmul_tiles":
+        print(json.dumps(matmul_tiles(), indent=1))
+    elif sys.argv[1] == "workspaces":
         print(json.dumps(workspaces()))
     elif sys.argv[1] == "profile":
         print(json.dumps(profile_kernels(), indent=1))
