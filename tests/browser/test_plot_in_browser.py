@@ -172,18 +172,18 @@ def test_the_loss_plot_reads_at_a_glance_in_a_1000_px_column_with_1_2_and_8_rank
     assert runs["width"] >= 0.75 * one["width"], runs  # two runs: a legend column, each run's name above
 
 
-DRAW_THEN_SHOW = [
-    """\
-import time
-
-import ipywidgets
-
+MONITOR_SAMPLES = """\
 from workbench.widgets import DeviceMonitor
 
 
 def sample(t):
     cpu = {"percent": 50.0, "per_core": [], "ram_used": 1, "ram_total": 4}
     return {"time": 100.0 + t, "gpus": [], "cpu": cpu}
+"""
+DRAW_THEN_SHOW = [
+    "import time\n\nimport ipywidgets\n\n"
+    + MONITOR_SAMPLES
+    + """\
 
 
 early = DeviceMonitor()
@@ -251,13 +251,9 @@ def test_plots_drawn_before_the_page_could_show_them_keep_every_point(lab, page)
     assert drawn == [{"CPU": 4, "RAM": 4}] * 2, "the page lost what the kernel drew before showing the plots"
 
 
-SHOW_A_MONITOR = """\
-from workbench.widgets import DeviceMonitor
-
-
-def sample(t):
-    cpu = {"percent": 50.0, "per_core": [], "ram_used": 1, "ram_total": 4}
-    return {"time": 100.0 + t, "gpus": [], "cpu": cpu}
+SHOW_A_MONITOR = (
+    MONITOR_SAMPLES
+    + """\
 
 
 monitor = DeviceMonitor()
@@ -266,6 +262,7 @@ for t in range(3):
 monitor.flush()
 monitor.widget
 """
+)
 # Two plots due to draw before the monitor's next edit, as the page's shared queue holds them: the first one's
 # draw throws (as plotly.js does on an edit it cannot apply), the second counts its draws.
 QUEUE_A_FAILING_DRAW_JS = """() => {

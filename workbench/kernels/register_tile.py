@@ -80,14 +80,8 @@ def register_source(transpose_a: bool, transpose_b: bool, threads: int, per_thre
     t, r = threads, per_thread
     tile, depth, count = t * r, slab_depth(t), t * t
     loads = round(loads_per_thread(t, r))
-    lines = [
-        "def register(a, b, c):",
-        "    m, n = c.shape",
-        f"    k_total = a.shape[{0 if transpose_a else 1}]",
-        "    tx = cuda.threadIdx.x",
-        "    ty = cuda.threadIdx.y",
-        f"    tid = ty * {t} + tx",
-        f"    row0 = cuda.blockIdx.x * {tile}",
+    lines = prologue("register", transpose_a, t, tile)
+    lines += [
         f"    a_s = cuda.shared.array(({depth}, {tile + PAD}), float32)  # [k, i]: op(a)[row0 + i, k0 + k]",
         f"    b_s = cuda.shared.array(({depth}, {tile + PAD}), float32)  # [k, j]: op(b)[k0 + k, col0 + j]",
     ]
@@ -153,25 +147,46 @@ def register_kernel(transpose_a: bool, transpose_b: bool, threads: int, per_thre
     """The compiled kernel for these transposes and T = `threads`, R = `per_thread` (built once each per
     process; on a GPU cached on disk across processes, see the module docstring)."""
     source = register_source(transpose_a, transpose_b, threads, per_thread)
-    bounds = (threads * threads, BLOCKS_PER_SM)
+    label = f"register matmul {int(transpose_a)}{int(transpose_b)} T={threads} R={per_thread}"
+    return compile_generated(source, "register", label, (threads * threads, BLOCKS_PER_SM), _HEADER, {})
+
+
+_HEADER = "from numba import cuda, float32\n\n\n"
+
+
+def prologue(name: str, transpose_a: bool, threads: int, tile: int) -> list[str]:
+    """The first lines of a generated matmul kernel ``name(a, b, c)``: the sizes, the thread's indices and the
+    first row of its block's tile."""
+    return [
+        f"def {name}(a, b, c):",
+        "    m, n = c.shape",
+        f"    k_total = a.shape[{0 if transpose_a else 1}]",
+        "    tx = cuda.threadIdx.x",
+        "    ty = cuda.threadIdx.y",
+        f"    tid = ty * {threads} + tx",
+        f"    row0 = cuda.blockIdx.x * {tile}",
+    ]
+
+
+def compile_generated(
+    source: str, name: str, label: str, bounds: tuple[int, int], header: str, simulated: dict[str, Any]
+) -> Any:
+    """The kernel `name` that `source` defines, with launch bounds `bounds`. On the simulator: `source` run
+    as Python with `simulated` (the simulator's stand-ins for what `header` imports) and numba's simulated
+    ``cuda`` and ``float32``. On a GPU: ``header + source`` as a module in the kernel cache folder
+    (`source_module`), jitted with numba's disk cache."""
     if on_simulator():
-        namespace: dict[str, Any] = {}
+        namespace = dict(simulated)
         bind_cuda(namespace)
         from numba import float32
 
         namespace["float32"] = float32
-        filename = (
-            f"<workbench register matmul {int(transpose_a)}{int(transpose_b)} T={threads} R={per_thread}>"
-        )
-        exec(compile(source, filename, "exec"), namespace)
-        return jit_kernel(launch_bounds=bounds)(namespace["register"])
-    module = source_module(_HEADER + source, "register_matmul")
+        exec(compile(source, f"<workbench {label}>", "exec"), namespace)
+        return jit_kernel(launch_bounds=bounds)(namespace[name])
+    module = source_module(header + source, f"{name}_matmul")
     from numba import cuda
 
-    return cuda.jit(launch_bounds=bounds, cache=True)(module.register)
-
-
-_HEADER = "from numba import cuda, float32\n\n\n"
+    return cuda.jit(launch_bounds=bounds, cache=True)(getattr(module, name))
 
 
 def kernel_cache_folder() -> Path:

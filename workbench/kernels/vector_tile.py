@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.kernels import vector_access
-from workbench.kernels._numba import bind_cuda, jit_kernel, on_simulator
-from workbench.kernels.register_tile import source_module
+from workbench.kernels.register_tile import compile_generated, prologue
 
 DEPTH = 8  # k-depth of a slab
 PER_THREAD = 8  # sums per side of a thread: two quadrants of 4
@@ -89,14 +88,8 @@ def vector_source(transpose_a: bool, transpose_b: bool, threads: int) -> str:
     tile, count, half = tile_of(t), t * t, WIDTH * t
     stride = tile + PAD
     loads = tile * DEPTH // WIDTH // count  # 128-bit loads of each operand per thread per slab
-    lines = [
-        "def vector(a, b, c):",
-        "    m, n = c.shape",
-        f"    k_total = a.shape[{0 if transpose_a else 1}]",
-        "    tx = cuda.threadIdx.x",
-        "    ty = cuda.threadIdx.y",
-        f"    tid = ty * {t} + tx",
-        f"    row0 = cuda.blockIdx.x * {tile}",
+    lines = prologue("vector", transpose_a, t, tile)
+    lines += [
         f"    a_s = cuda.shared.array(({DEPTH}, {stride}), float32, alignment=16)  # op(a) slab, k-major",
         f"    b_s = cuda.shared.array(({DEPTH}, {stride}), float32, alignment=16)  # op(b) slab",
         f"    a_frag = ty * {WIDTH}",
@@ -195,23 +188,10 @@ def vector_kernel(transpose_a: bool, transpose_b: bool, threads: int) -> Any:
     """The compiled kernel for these transposes and T = `threads` (built once each per process; on a GPU
     cached on disk across processes)."""
     source = vector_source(transpose_a, transpose_b, threads)
+    label = f"vector matmul {int(transpose_a)}{int(transpose_b)} T={threads}"
+    simulated = {"load4": vector_access.simulated_load4, "store4": vector_access.simulated_store4}
     bounds = (threads * threads, BLOCKS_PER_SM)
-    if on_simulator():
-        namespace: dict[str, Any] = {
-            "load4": vector_access.simulated_load4,
-            "store4": vector_access.simulated_store4,
-        }
-        bind_cuda(namespace)
-        from numba import float32
-
-        namespace["float32"] = float32
-        filename = f"<workbench vector matmul {int(transpose_a)}{int(transpose_b)} T={threads}>"
-        exec(compile(source, filename, "exec"), namespace)
-        return jit_kernel(launch_bounds=bounds)(namespace["vector"])
-    module = source_module(_header() + source, "vector_matmul")
-    from numba import cuda
-
-    return cuda.jit(launch_bounds=bounds, cache=True)(module.vector)
+    return compile_generated(source, "vector", label, bounds, _header(), simulated)
 
 
 def _header() -> str:
