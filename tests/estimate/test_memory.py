@@ -236,3 +236,13 @@ def test_a_model_on_another_device_than_its_sample_is_profiled_there():
     )
     assert estimate.total > 0
     assert forward_flops(model, torch.zeros(4, 3)) == 2 * 3 * 2 * 4
+
+
+def test_every_precision_and_optimizer_the_trainer_takes_has_an_estimate():
+    """The estimator keeps its own lists (what it has a model for); a choice added to the Trainer fails here
+    until the memory, communication and hardware models know it."""
+    from workbench.estimate import comm, hardware, memory
+    from workbench.train import choices
+
+    assert memory.OPTIMIZERS == choices.OPTIMIZERS
+    assert memory.PRECISIONS == comm.PRECISIONS == hardware.PRECISIONS == choices.PRECISIONS

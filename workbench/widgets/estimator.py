@@ -18,6 +18,7 @@ from workbench._validate import check_int
 from workbench.devices.datasheets import DATASHEETS
 from workbench.estimate import MemoryEstimate, estimate_memory, profile_model, training_flops
 from workbench.estimate.hardware import Hardware, hardware_from_datasheet
+from workbench.estimate.memory import OPTIMIZERS, PRECISIONS
 from workbench.estimate.plan import TrainingEstimate, estimate_training
 from workbench.parallel.strategies.registry import STRATEGIES
 from workbench.tables import html_table
@@ -88,10 +89,10 @@ class Estimator:
             batch_size, min=1, max=4096, description="batch / device", style=style
         )
         self.precision = widgets.Dropdown(
-            options=["fp32", "bf16", "fp16"], value=precision, description="precision", style=style
+            options=list(PRECISIONS), value=precision, description="precision", style=style
         )
         self.optimizer = widgets.Dropdown(
-            options=["sgd", "adam", "adamw"], value=optimizer, description="optimizer", style=style
+            options=list(OPTIMIZERS), value=optimizer, description="optimizer", style=style
         )
         self.strategy = widgets.Dropdown(
             options=list(STRATEGIES), value=strategy, description="strategy", style=style
