@@ -1,8 +1,9 @@
 """Pictures of a notebook's plots, stored in its outputs, so GitHub and nbviewer (which run no kernel and no
-widget) show the figures a reader would see after Run All.
+widget) show the figures a reader would see after Run All and the exercises.
 
 `make figures` runs the notebooks in JupyterLab (the browser test, ``WORKBENCH_STORE_FIGURES=1``); after a
-notebook's checks pass, `store_figures` photographs the output of every code cell that drew a plotly plot and
+notebook's checks pass and its answers ran (the plots only an answer draws included), `store_figures`
+photographs the output of every code cell that drew a plotly plot and
 writes it into ``notebooks/<name>.ipynb`` as one more output of that cell: a JPEG, marked ``{"workbench":
 "figure"}`` in its metadata, replacing the one an earlier run stored. Running a cell replaces its outputs,
 the picture too, so a learner sees the live plot. Checked cells (``# NBVAL_CHECK_OUTPUT``) get none: nbval

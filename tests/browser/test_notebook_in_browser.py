@@ -66,6 +66,8 @@ def test_every_notebook_runs_in_the_browser_without_errors_and_with_filled_plots
         page, received = notebook_runs.finished(notebook, timeout_s=600)
         _check_page(page, received, notebook)
         _do_the_exercises(page, notebook_runs.lab, notebook)
+        if os.environ.get("WORKBENCH_STORE_FIGURES"):  # make figures: the pictures GitHub and nbviewer show,
+            store_figures(page, REPO / "notebooks" / notebook)  # the answers' plots among them
     finally:
         notebook_runs.close(notebook)
 
@@ -86,8 +88,6 @@ def _check_page(page, received: list[int], notebook: str) -> None:
     check = EXTRA_CHECKS.get(notebook)
     if check is not None:
         check(page)
-    if os.environ.get("WORKBENCH_STORE_FIGURES"):  # make figures: the pictures GitHub and nbviewer show
-        store_figures(page, REPO / "notebooks" / notebook)
 
 
 def _check_exercises_wait(page, notebook: str) -> None:
