@@ -44,6 +44,7 @@ from typing import Any
 
 from workbench._cache import cache_folder
 from workbench.devices.toolchain import TOOLCHAIN_EXTRA, toolchain_status
+from workbench.kernels.sass import base_opcode, main_loop_ffma_share, main_loop_mix, sass_instructions
 from workbench.kernels.targets import KernelTarget
 
 ARCHS = ("sm_80", "sm_90")
@@ -213,7 +214,7 @@ def compile_target(
         verbose = subprocess.run(command, capture_output=True, text=True, check=True).stderr
         sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
     resources = _ptxas_resources(verbose)
-    instructions = _sass_instructions(sass)
+    instructions = sass_instructions(sass)
     blocks, fraction = occupancy(resources["registers"], target.threads, resources["shared"], LIMITS[arch])
     return KernelReport(
         name=target.name,
@@ -228,9 +229,9 @@ def compile_target(
         blocks_per_sm=blocks,
         occupancy=fraction,
         instructions=len(instructions),
-        ffma_share=_main_loop_ffma_share(instructions),
-        main_loop=dict(Counter(_main_loop_mix(instructions)).most_common()),
-        opcodes=dict(Counter(_base(opcode) for _, opcode, _ in instructions).most_common()),
+        ffma_share=main_loop_ffma_share(instructions),
+        main_loop=dict(Counter(main_loop_mix(instructions)).most_common()),
+        opcodes=dict(Counter(base_opcode(opcode) for _, opcode, _ in instructions).most_common()),
     )
 
 
@@ -248,80 +249,6 @@ def _ptxas_resources(verbose: str) -> dict[str, int]:
         "spill_loads": number(r"(\d+) bytes spill loads"),
         "shared": number(r"(\d+) bytes smem"),
     }
-
-
-_INSTRUCTION = re.compile(
-    r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?\s*([^;]*);"
-)
-_LABEL = re.compile(r"^(\.L_x_\d+):")
-_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
-
-
-def _sass_instructions(sass: str) -> list[tuple[int, str, str | None]]:
-    """(address, opcode, branch target address) of each SASS instruction, NOPs left out; a memory access's
-    opcode carries its width in bits (``LDS.128``, ``LDG.32``: see `_access_width`)."""
-    labels: dict[str, int] = {}
-    pending: list[str] = []
-    parsed: list[tuple[int, str, str | None]] = []
-    for line in sass.splitlines():
-        label = _LABEL.match(line.strip())
-        if label:
-            pending.append(label.group(1))
-            continue
-        found = _INSTRUCTION.search(line)
-        if not found:
-            continue
-        address = int(found.group(1), 16)
-        for name in pending:
-            labels[name] = address
-        pending = []
-        jump = _TARGET.search(found.group(5) or "")
-        opcode = found.group(3)
-        if opcode in _ACCESSES:
-            opcode = f"{opcode}.{_access_width(found.group(4) or '')}"
-        parsed.append((address, opcode, jump.group(1) if jump else None))
-    return [
-        (address, opcode, labels.get(name) if name else None)
-        for address, opcode, name in parsed
-        if opcode != "NOP"
-    ]
-
-
-_ACCESSES = ("LDS", "STS", "LDG", "STG", "LD", "ST")
-
-
-def _access_width(modifiers: str) -> int:
-    """Bits per thread of a load or store from its SASS modifiers (``.E.128``, ``.U.64``; none: 32).
-
-    Example:
-        >>> _access_width(".E.128"), _access_width(".U8"), _access_width("")
-        (128, 8, 32)
-    """
-    found = re.findall(r"\.U?(8|16|32|64|128)\b", modifiers)
-    return int(found[-1]) if found else 32
-
-
-def _base(opcode: str) -> str:
-    return opcode.split(".")[0]
-
-
-def _main_loop_mix(instructions: list[tuple[int, str, Any]]) -> list[str]:
-    """The opcodes of the loop (a backward branch's span) holding the most FFMAs (the smallest such loop);
-    the whole kernel when no loop holds one."""
-    best: tuple[int, list[str]] = (0, [])
-    for address, opcode, target in instructions:
-        if opcode in ("BRA", "JMP") and target is not None and target <= address:
-            body = [op for a, op, _ in instructions if target <= a <= address]
-            count = body.count("FFMA")
-            if count > best[0] or (count == best[0] and count and len(body) < len(best[1])):
-                best = (count, body)
-    return best[1] if best[0] else [op for _, op, _ in instructions]
-
-
-def _main_loop_ffma_share(instructions: list[tuple[int, str, Any]]) -> float:
-    """FFMA / instructions in the loop holding the most FFMAs (`_main_loop_mix`); 0 without FFMA."""
-    body = _main_loop_mix(instructions)
-    return body.count("FFMA") / max(len(body), 1)
 
 
 # ---------------------------------------------------------------------------------------------- running
