@@ -151,20 +151,27 @@ class StaticRow:
         return self.roofline_s / share if share else self.roofline_s
 
     @property
-    def predicted_of_peak(self) -> float | None:
-        """Fraction of FP32 peak for a compute-bound matmul (`matmul_bound`); None otherwise."""
+    def prediction(self) -> tuple[float, str] | None:
+        """(fraction of FP32 peak, what bounds it) for a compute-bound matmul (`matmul_bound`); None
+        otherwise."""
         if self.compute_bound and self.report["name"].startswith("matmul"):
-            return matmul_bound(self.report["main_loop"], self.report["arch"])[0]
+            return matmul_bound(self.report["main_loop"], self.report["arch"])
         return None
 
+    @property
+    def predicted_of_peak(self) -> float | None:
+        """The fraction of FP32 peak of `prediction`; None where there is none."""
+        prediction = self.prediction
+        return None if prediction is None else prediction[0]
+
     def cells(self) -> list[str]:
-        r, share = self.report, self.predicted_of_peak
+        r, prediction = self.report, self.prediction
         return [
             r["name"], self.gpu.name, str(r["registers"]), str(r["shared_bytes"]), f"{r['occupancy']:.0%}",
             f"{r['ffma_share']:.0%}" if r["ffma_share"] else "-", self.size, f"{self.flops / 1e9:.3g}",
             f"{self.bytes / 1e6:,.0f}", f"{1e3 * self.roofline_s:.3g}",
             "compute" if self.compute_bound else "memory",
-            "-" if share is None else f"{share:.0%} ({matmul_bound(r['main_loop'], r['arch'])[1]})",
+            "-" if prediction is None else f"{prediction[0]:.0%} ({prediction[1]})",
         ]  # fmt: skip
 
 

@@ -86,7 +86,6 @@ def main_loop_mix(instructions: list[tuple[int, str, Any]]) -> list[str]:
     return best[1] if best[0] else [op for _, op, _ in instructions]
 
 
-def main_loop_ffma_share(instructions: list[tuple[int, str, Any]]) -> float:
-    """FFMA / instructions in the loop holding the most FFMAs (`main_loop_mix`); 0 without FFMA."""
-    body = main_loop_mix(instructions)
-    return body.count("FFMA") / max(len(body), 1)
+def ffma_share(loop: list[str]) -> float:
+    """FFMA / instructions of `loop` (`main_loop_mix`'s opcodes); 0 without FFMA."""
+    return loop.count("FFMA") / max(len(loop), 1)

@@ -44,7 +44,7 @@ from typing import Any
 
 from workbench._cache import cache_folder
 from workbench.devices.toolchain import TOOLCHAIN_EXTRA, toolchain_status
-from workbench.kernels.sass import base_opcode, main_loop_ffma_share, main_loop_mix, sass_instructions
+from workbench.kernels.sass import base_opcode, ffma_share, main_loop_mix, sass_instructions
 from workbench.kernels.targets import KernelTarget
 
 ARCHS = ("sm_80", "sm_90")
@@ -215,6 +215,7 @@ def compile_target(
         sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
     resources = _ptxas_resources(verbose)
     instructions = sass_instructions(sass)
+    loop = main_loop_mix(instructions)
     blocks, fraction = occupancy(resources["registers"], target.threads, resources["shared"], LIMITS[arch])
     return KernelReport(
         name=target.name,
@@ -229,8 +230,8 @@ def compile_target(
         blocks_per_sm=blocks,
         occupancy=fraction,
         instructions=len(instructions),
-        ffma_share=main_loop_ffma_share(instructions),
-        main_loop=dict(Counter(main_loop_mix(instructions)).most_common()),
+        ffma_share=ffma_share(loop),
+        main_loop=dict(Counter(loop).most_common()),
         opcodes=dict(Counter(base_opcode(opcode) for _, opcode, _ in instructions).most_common()),
     )
 

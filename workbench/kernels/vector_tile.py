@@ -95,10 +95,10 @@ def vector_source(transpose_a: bool, transpose_b: bool, threads: int) -> str:
         f"    a_frag = ty * {WIDTH}",
         f"    b_frag = tx * {WIDTH}",
     ]
-    a_plan, b_plan = _Plan(transpose_a, "a", t, loads), _Plan(not transpose_b, "b", t, loads)
-    lines += a_plan.setup("    ", "row0", "m", "k_total")
+    a_plan, b_plan = _Plan(transpose_a, "a", "m", t, loads), _Plan(not transpose_b, "b", "n", t, loads)
+    lines += a_plan.setup("    ", "row0")
     body = [f"    for col0 in range(cuda.blockIdx.y * {tile}, n, cuda.gridDim.y * {tile}):"]
-    body += b_plan.setup("        ", "col0", "n", "k_total")
+    body += b_plan.setup("        ", "col0")
     body += [f"        c{i}_{j} = float32(0)" for i in range(PER_THREAD) for j in range(PER_THREAD)]
     body += a_plan.load("        ", "0") + b_plan.load("        ", "0")
     body += [f"        for k0 in range(0, k_total, {DEPTH}):"]
@@ -129,14 +129,22 @@ def vector_source(transpose_a: bool, transpose_b: bool, threads: int) -> str:
 class _Plan:
     """How one operand's slab travels: which 4-float chunks a thread loads, from where, and where they go in
     shared memory. `along_tile`: the stored rows run along the tile's edge (op(a) transposed, op(b) not);
-    else along k."""
+    else along k. `edge`: the kernel's name for the operand's size along the tile ("m" or "n")."""
 
-    def __init__(self, along_tile: bool, name: str, threads: int, loads: int) -> None:
-        self.along_tile, self.name, self.threads, self.loads = along_tile, name, threads, loads
+    def __init__(self, along_tile: bool, name: str, edge: str, threads: int, loads: int) -> None:
+        self.along_tile, self.name, self.edge, self.threads, self.loads = (
+            along_tile,
+            name,
+            edge,
+            threads,
+            loads,
+        )
 
-    def setup(self, indent: str, origin: str, edge: str, k_total: str) -> list[str]:
-        """Per-thread offsets of each chunk (at k = 0), rows past `edge` clamped to the last one."""
-        t, x, out = self.threads, self.name, []
+    def setup(self, indent: str, origin: str) -> list[str]:
+        """Per-thread offsets of each chunk (at k = 0) from the tile's first row `origin`, rows past the edge
+        clamped to the last one."""
+        t, x, edge, out = self.threads, self.name, self.edge, []
+        per_k_row = DEPTH // WIDTH  # chunks per stored row (along k)
         per_row = tile_of(t) // WIDTH  # chunks per stored row (along the tile)
         for p in range(self.loads):
             if self.along_tile:  # stored (K, edge): chunk (k, 4·e) of row k
@@ -146,19 +154,19 @@ class _Plan:
                     f"{indent}{x}_at{p} = min({origin} + {x}_i{p}, {edge} - {WIDTH})",
                     f"{indent}{x}_off{p} = {x}_k{p} * {edge} + {x}_at{p}",
                 ]
-            else:  # stored (edge, K): chunk (i, 4·e) of row i, two per row of the slab
+            else:  # stored (edge, K): chunk (i, 4·e) of row i, DEPTH / 4 per row of the slab
                 out += [
-                    f"{indent}{x}_i{p} = tid // 2 + {p * t * t // 2}",
-                    f"{indent}{x}_k{p} = (tid % 2) * {WIDTH}",
+                    f"{indent}{x}_i{p} = tid // {per_k_row} + {p * t * t // per_k_row}",
+                    f"{indent}{x}_k{p} = (tid % {per_k_row}) * {WIDTH}",
                     f"{indent}{x}_at{p} = min({origin} + {x}_i{p}, {edge} - 1)",
-                    f"{indent}{x}_off{p} = {x}_at{p} * {k_total} + {x}_k{p}",
+                    f"{indent}{x}_off{p} = {x}_at{p} * k_total + {x}_k{p}",
                 ]
         return out
 
     def load(self, indent: str, k0: str) -> list[str]:
         """Registers r{x}{p}_0..3 <- the chunks of the slab at `k0` (zeros for a chunk past K)."""
         x, out = self.name, []
-        step = f"({k0}) * {'m' if x == 'a' else 'n'}" if self.along_tile else k0
+        step = f"({k0}) * {self.edge}" if self.along_tile else k0
         for p in range(self.loads):
             values = ", ".join(f"r{x}{p}_{e}" for e in range(WIDTH))
             out += [
