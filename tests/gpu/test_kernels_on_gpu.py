@@ -149,3 +149,63 @@ def test_a_kernel_runs_on_the_gpu_of_its_tensor_from_a_fresh_thread():
     thread.start()
     thread.join()
     assert abs(found["total"] - float(x.double().sum())) < 1e-3 * float(x.double().abs().sum()) ** 0.5
+
+
+def _every_kernel(cuda) -> dict[str, torch.Tensor]:
+    """Each kernel once on fresh, seeded inputs (same values at every call): what it returned or updated."""
+    from workbench.kernels import (
+        adam_step,
+        clip_grad_value,
+        sgd_step,
+        softmax_cross_entropy,
+        softmax_cross_entropy_backward,
+        squared_norm,
+    )
+    from workbench.kernels import sum as numba_sum
+
+    generator = torch.Generator(cuda).manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, device=cuda, generator=generator)
+
+    a, b, x, logits = randn(132, 76), randn(76, 260), randn(100_003), randn(67, 1003)
+    targets = torch.randint(0, 1003, (67,), device=cuda, generator=generator)
+    p, g, m, v, buf = randn(5000), randn(5000), randn(5000), randn(5000).abs(), randn(5000)
+    clipped = randn(999)
+    adam_step(p, g, m, v, step=3, lr=1e-2)
+    q = randn(5000)
+    sgd_step(q, g, buf, lr=0.1, momentum=0.9)
+    clip_grad_value(clipped, 0.5)
+    loss, lse = softmax_cross_entropy(logits, targets)
+    return {
+        "matmul register": matmul(a, b, method="register"),
+        "matmul vector": matmul(a, b, method="vector"),
+        "sum": torch.tensor(numba_sum(x)),
+        "squared_norm": torch.tensor(squared_norm(x)),
+        "adam param": p,
+        "adam moments": torch.cat([m, v]),
+        "sgd": torch.cat([q, buf]),
+        "clip_grad_value": clipped,
+        "cross-entropy": torch.cat([loss.reshape(1), lse]),
+        "cross-entropy backward": softmax_cross_entropy_backward(logits, targets, lse),
+    }
+
+
+def test_each_kernel_launches_directly_after_its_first_call_with_numbas_results(cuda, monkeypatch):
+    """The first call with a signature goes through numba's dispatcher, the next ones skip it
+    (workbench.kernels.direct_launch); both give what numba's launch gives."""
+    from workbench.kernels.direct_launch import LAUNCH_VARIABLE, direct_kernels
+
+    monkeypatch.setenv(LAUNCH_VARIABLE, "numba")
+    through_numba = _every_kernel(cuda)
+    monkeypatch.setenv(LAUNCH_VARIABLE, "direct")
+    first = _every_kernel(cuda)
+    before = {key: d.launches for key, d in direct_kernels().items() if d is not None}
+    direct = _every_kernel(cuda)
+    torch.cuda.synchronize()
+    after = {key: d.launches for key, d in direct_kernels().items() if d is not None}
+    assert [key for key, d in direct_kernels().items() if d is None] == []  # every signature can go direct
+    assert len(after) >= 9 and all(after[key] > before.get(key, 0) for key in after)
+    for name, want in through_numba.items():
+        assert relative_error(first[name], want) < 1e-6, name
+        assert relative_error(direct[name], want) < 1e-6, name

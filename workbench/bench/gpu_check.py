@@ -13,6 +13,7 @@ and the report lists the others as not run, with why:
 - ``hardware``: the device's measured copy bandwidth and cuBLAS fp32 matmul rate;
 - ``kernels``: `workbench bench kernels --full` rows, each against its torch counterpart and the target
   of the kernels issue (matmul ≥ 0.75×, optimizers ≥ 1.0×, cross-entropy ≥ 0.8×, reductions ≥ 0.9×);
+- ``launch cost``: host µs of one kernel call from torch tensors over a bare numba launch (≤ 15);
 - ``trainer``: the Trainer against a hand-written loop with the same fused Adam on CUDA (≤ 1.02×);
 - ``precision and compile``: bf16 autocast against fp32 (TF32 off, ≥ 2×) and torch.compile against
   eager (≥ 1.3×, compile time apart), on the same model;
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench._validate import check_int
-from workbench.bench.gpu_report import Check, GpuReport, at_least, failed, reported
+from workbench.bench.gpu_report import Check, GpuReport, at_least, at_most, failed, reported
 from workbench.tables import text_table
 
 DEFAULT_BUDGET_S = 360  # the issue's ≤ 6 minutes on an H100-class GPU
@@ -236,6 +237,20 @@ def _kernels() -> list[Check]:
     return checks
 
 
+def _launch_cost() -> list[Check]:
+    from workbench.bench import launch_cost
+
+    result = launch_cost.benchmark_launch_cost()
+    if result.reason is not None:
+        return [failed("launch cost", result.reason)]
+    variants = (launch_cost.BARE, launch_cost.DIRECT, launch_cost.DISPATCHER)
+    bare, direct, numba = (result.micros[variant][0] for variant in variants)
+    detail = f"bare {bare:.1f} µs, direct {direct:.1f} µs, numba's dispatcher {numba:.1f} µs"
+    name = "host cost of one kernel call from torch tensors"
+    ceiling = launch_cost.TARGET_OVER_BARE_US
+    return [at_most(name, result.over_bare(), "µs", "over a bare numba launch", ceiling, detail)]
+
+
 def _training(measurement: str) -> Callable[[], list[Check]]:
     """The `workbench.bench.gpu_training` function called `measurement`, imported when the step runs."""
 
@@ -256,6 +271,7 @@ def default_steps() -> list[Step]:
         Step("fsdp on this torch", 85, _fsdp_tests, needs="tests/parallel"),
         Step("hardware", 20, _hardware),
         Step("kernels", 60, _kernels),
+        Step("launch cost", 5, _launch_cost),
         Step("trainer", 15, _training("trainer_against_hand_loop")),
         Step("precision and compile", 50, _training("precision_and_compile")),
         Step("dashboard", 15, _training("dashboard_overhead")),
@@ -357,7 +373,7 @@ def run_check(
 def no_gpu_reason() -> str | None:
     """Why the check cannot run here (no CUDA GPU for torch, or numba stuck on its simulator), or None.
     (`workbench.bench.kernels` imports torch: imported when asked, not as the CLI builds its parser.)"""
-    from workbench.bench.kernels import no_gpu_reason as kernels_reason
+    from workbench.bench.numba_gpu import no_gpu_reason as kernels_reason
 
     return kernels_reason()
 

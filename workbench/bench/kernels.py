@@ -3,6 +3,7 @@
     workbench bench kernels             # quick sizes: matmul 2048³, 10M-parameter Adam and clipping
     workbench bench kernels --full      # matmul 4096³ (and 1024³, 8192×1024×8192), 100M-parameter Adam
     workbench bench kernels --static    # no GPU: what the compiler predicts (bench.kernels_static)
+    workbench bench kernels --launch    # host µs of one kernel call from torch tensors (bench.launch_cost)
 
 Each kernel and its torch counterpart run on the same data: warm-up, then ``repeats`` samples timed with
 CUDA events (several calls each), the median reported as GFLOP/s (matmul) or GB/s (the rest: the bytes each
@@ -31,6 +32,7 @@ from torch.nn import functional
 
 from workbench._validate import check_int
 from workbench.bench.kernel_sizes import MATMUL_SHAPES, MILLION, SIZES, WIDE_XENT
+from workbench.bench.numba_gpu import no_gpu_reason
 from workbench.devices.microbench import (
     alternating_cuda_seconds,
     benchmark_hardware,
@@ -168,25 +170,6 @@ def benchmark_kernels(quick: bool = True, repeats: int = 5) -> KernelBenchmark:
     torch.cuda.empty_cache()
     seconds = time.perf_counter() - started
     return KernelBenchmark(rows, torch.cuda.get_device_name(), None, peak_gbs, peak_gflops, quick, seconds)
-
-
-def no_gpu_reason() -> str | None:
-    """Why the kernels cannot be benchmarked on a GPU here, or None when they can (imports no numba)."""
-    if not torch.cuda.is_available():
-        build = f" (CPU-only torch build {torch.__version__})" if torch.version.cuda is None else ""
-        return f"torch.cuda.is_available() is False{build}"
-    from workbench.devices import choose_numba_backend
-
-    if "numba.cuda" in sys.modules:
-        from workbench.kernels._numba import on_simulator
-
-        if on_simulator():
-            return "numba.cuda was imported on its CPU simulator; restart without NUMBA_ENABLE_CUDASIM=1"
-        return None
-    backend = choose_numba_backend()
-    if backend.simulator:
-        return f"numba would run on its CPU simulator ({backend.reason})"
-    return None
 
 
 Measure = Callable[..., KernelRow]  # measure(name, size, counterpart, ours, theirs, flops, bytes, unit)
@@ -376,7 +359,17 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="no GPU needed: host time of an Adam step, launches stubbed, one launch per group vs per tensor",
     )
+    parser.add_argument(
+        "--launch",
+        action="store_true",
+        help="host µs of one kernel call from torch tensors against a bare numba launch",
+    )
     args = parser.parse_args(argv)
+    if args.launch:
+        from workbench.bench.launch_cost import benchmark_launch_cost
+
+        print(benchmark_launch_cost(repeats=max(args.repeats, 1)).table())
+        return 0
     if args.host:
         from workbench.bench.optimizer_host import benchmark_optimizer_host
 

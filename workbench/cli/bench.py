@@ -47,6 +47,7 @@ def _bench_kernels(args: argparse.Namespace) -> int:
 
     flags = [*(["--full"] if args.full else []), *(["--static"] if args.static else [])]
     flags += ["--host"] if args.host else []
+    flags += ["--launch"] if args.launch else []
     return bench_kernels(["--repeats", str(args.repeats), *flags])
 
 
@@ -165,6 +166,10 @@ BENCHMARKS: dict[str, Benchmark] = {
             (
                 ("--host",),
                 {"action": "store_true", "help": "no GPU: host time of one Adam step, launches stubbed"},
+            ),
+            (
+                ("--launch",),
+                {"action": "store_true", "help": "host µs of one kernel call from torch tensors (GPU)"},
             ),
         ],
         _bench_kernels,

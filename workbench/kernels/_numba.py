@@ -28,7 +28,9 @@ import torch
 
 from workbench._validate import check_int
 from workbench.devices.cuda import SIMULATOR_VARIABLE, configure_numba, restore_numpy_row_stack
+from workbench.kernels import direct_launch
 from workbench.kernels._simulator import emulate_warp_shuffles, guard_shared_arrays
+from workbench.kernels.direct_launch import KernelStream
 
 FLOAT32 = ("float32",)
 INDEX_DTYPES = ("int32", "int64")
@@ -118,21 +120,31 @@ def launch_1d(n: int, threads: int | None = None, blocks: int | None = None) -> 
     return blocks, threads
 
 
-def launch(kernel: Any, grid: Any, block: Any, stream: Any, *args: Any) -> None:
-    """``kernel[grid, block, stream](*args)``.
+def launch(kernel: Any, grid: Any, block: Any, stream: Any, *operands: Any) -> None:
+    """``kernel[grid, block, stream](*operands)``, a `Buffer` passed as its ``device``.
+
+    On a GPU, a kernel's later calls on torch tensors with the signature of an earlier call skip numba's
+    dispatcher (:mod:`workbench.kernels.direct_launch`: ~54 µs of host time per call on an H200 machine).
 
     On the simulator every CUDA thread is a Python thread and its block manager polls them at each
     ``syncthreads``; with Python's default 5 ms GIL switch interval that polling dominates, so the launch
     runs with a 0.1 ms interval (restored afterwards): shared-memory kernels run several times faster.
     """
-    configured = kernel[grid, block, stream]
-    if not on_simulator():
-        configured(*args)
+    simulator = on_simulator()
+    if isinstance(stream, KernelStream):  # the launch runs on the current context's GPU: the tensors'
+        follow_device(load_cuda(), stream.device)
+        if direct_launch.launch_directly(kernel, grid, block, stream, operands):
+            return
+    numba_operands = [operand.device if isinstance(operand, Buffer) else operand for operand in operands]
+    configured = kernel[grid, block, stream.numba if isinstance(stream, KernelStream) else stream]
+    if not simulator:
+        configured(*numba_operands)
+        direct_launch.remember(kernel, stream, numba_operands, operands)
         return
     saved = sys.getswitchinterval()
     sys.setswitchinterval(SIMULATOR_SWITCH_INTERVAL)
     try:
-        configured(*args)
+        configured(*numba_operands)
     finally:
         sys.setswitchinterval(saved)
 
@@ -228,11 +240,11 @@ class Buffer:
         host = self.host.reshape(n)
         return Buffer(host, host if self.device is self.host else self.device.reshape(n), self.kind)
 
-    def stream(self) -> Any:
+    def stream(self) -> KernelStream | int:
         """The stream to launch on: torch's current stream for a CUDA tensor, else numba's default (0)."""
         if self.kind == "torch" and self.host.device.type == "cuda":
             device = self.host.device
-            return _numba_stream(device.index or 0, torch.cuda.current_stream(device).cuda_stream)
+            return _kernel_stream(device.index or 0, torch.cuda.current_stream(device).cuda_stream)
         return 0
 
     def result(self) -> Any:
@@ -249,12 +261,14 @@ class Buffer:
 
 
 @lru_cache(maxsize=64)
-def _numba_stream(device_index: int, handle: int) -> Any:
-    """numba's wrapper of the CUDA stream `handle` on GPU `device_index` (a torch stream), made once per
-    stream: making one costs ~18 µs of host time (H100 machine, 2026-11-27), at every kernel call before."""
+def _kernel_stream(device_index: int, handle: int) -> KernelStream:
+    """numba's and cuda.core's wrappers of the CUDA stream `handle` on GPU `device_index` (a torch stream),
+    made once per stream: numba's costs ~18 µs of host time (H100 machine, 2026-11-27)."""
+    from cuda.core import Stream
+
     cuda = load_cuda()
     follow_device(cuda, device_index)
-    return cuda.external_stream(handle)
+    return KernelStream(device_index, cuda.external_stream(handle), Stream.from_handle(handle))
 
 
 def _view_of_tensor(t: torch.Tensor) -> Any:

@@ -108,8 +108,8 @@ def clip_grad_norm(
             launch_blocks,
             launch_threads,
             buffer.stream(),
-            buffer.device,
-            total.device,
+            buffer,
+            total,
             np.float32(max_norm),
         )
         buffer.result()
@@ -157,7 +157,7 @@ def clip_grad_value(
     for buffer in _buffers(grads):
         launch_blocks, launch_threads = launch_1d(buffer.size, threads, blocks)
         # grid `blocks`, block `threads`, grid-stride; each element: 1 read, 1 write
-        launch(kernel, launch_blocks, launch_threads, buffer.stream(), buffer.device, np.float32(clip_value))
+        launch(kernel, launch_blocks, launch_threads, buffer.stream(), buffer, np.float32(clip_value))
         buffer.result()
 
 

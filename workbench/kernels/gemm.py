@@ -122,7 +122,7 @@ def matmul(
         )
     c_buf = empty((m, n), like=a_buf)
     stream = a_buf.stream()
-    args = (a_buf.device, b_buf.device, c_buf.device)
+    args = (a_buf, b_buf, c_buf)
     if method == "naive":
         kernel = _naive_kernel(transpose_a, transpose_b)
         # grid (ceil(M/T), ≤ ceil(N/T)), block (T, T), thread x along columns; each thread: 2K global

@@ -108,7 +108,7 @@ def accumulate_into(
     # grid `blocks`, block `threads`; shared `threads` floats; each thread: ceil(n / (blocks·threads))
     # global reads, LOADS_IN_FLIGHT at a time, log2(threads) shared-memory steps; thread 0 of each block:
     # 1 atomic add
-    launch(kernel, blocks, threads, x.stream(), x.device, out.device)
+    launch(kernel, blocks, threads, x.stream(), x, out)
 
 
 @cache

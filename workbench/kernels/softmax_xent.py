@@ -113,7 +113,7 @@ def softmax_cross_entropy(logits: Any, targets: Any, *, threads: int | None = No
     # which the sum kernel then adds up (one atomic per block of rows, not one per row on one address)
     inv_n = np.float32(1 / n)
     forward = _forward_kernel(threads)
-    launch(forward, n, threads, x.stream(), x.device, t.device, lse.device, row_loss.device, inv_n)
+    launch(forward, n, threads, x.stream(), x, t, lse, row_loss, inv_n)
     accumulate_into(loss, row_loss, square=False)
     return scalar_result(loss), lse.result()
 
@@ -184,12 +184,12 @@ def backward(
         min(blocks, math.ceil(n / rows_per_block)),
         (across, rows_per_block),
         x.stream(),
-        x.device,
-        t.device,
-        lse.device,
-        grad_out.device,
+        x,
+        t,
+        lse,
+        grad_out,
         np.float32(1 / n),
-        dlogits.device,
+        dlogits,
     )
     return dlogits.result()
 
