@@ -9,6 +9,7 @@ phase the measurement shows largest and, once it is, what was planted.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from typing import Any
@@ -24,7 +25,7 @@ from workbench.train.optim import build_optimizer
 from workbench.train.step_time import PHASES
 
 PLANTED = ("data", "forward", "optimizer")
-_SLOW_S = 0.004  # per step in the model or optimizer; the loader's is spread over the batch's samples
+SLOW_S = 0.004  # per step in the model or optimizer; the loader's is spread over the batch's samples
 
 
 class _SlowSamples(Dataset):
@@ -42,21 +43,21 @@ class _SlowSamples(Dataset):
 
 
 class _SlowForward(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, slow_s: float) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.slow_s = model, slow_s
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(_SLOW_S)
+        time.sleep(self.slow_s)
         return self.model(*args, **kwargs)
 
 
-def _slow_optimizer(params: Any, config: OptimizerConfig) -> torch.optim.Optimizer:
+def _slow_optimizer(params: Any, config: OptimizerConfig, slow_s: float) -> torch.optim.Optimizer:
     optimizer = build_optimizer(params, config)
     step = optimizer.step
 
     def slow_step(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(_SLOW_S)
+        time.sleep(slow_s)
         return step(*args, **kwargs)
 
     optimizer.step = slow_step  # type: ignore[method-assign]
@@ -64,17 +65,25 @@ def _slow_optimizer(params: Any, config: OptimizerConfig) -> torch.optim.Optimiz
 
 
 def planted_trainer(
-    model: torch.nn.Module, loss_fn: Any, splits: Any, config: TrainConfig, seed: int, **options: Any
+    model: torch.nn.Module,
+    loss_fn: Any,
+    splits: Any,
+    config: TrainConfig,
+    seed: int,
+    *,
+    slow_s: float = SLOW_S,
+    **options: Any,
 ) -> Trainer:
-    """A `Trainer` whose every step is slow in one phase (chosen by `seed`; ``trainer.planted`` names it)."""
+    """A `Trainer` whose every step is `slow_s` seconds slower in one phase (chosen by `seed`;
+    ``trainer.planted`` names it); `options` go to the Trainer."""
     planted = PLANTED[random.Random(seed).randrange(len(PLANTED))]
     parts = as_splits(splits)
     if planted == "data":
-        slow = _SlowSamples(parts.train, _SLOW_S / config.batch_size)
+        slow = _SlowSamples(parts.train, slow_s / config.batch_size)
         parts = as_splits({"train": slow, "val": parts.val, "test": parts.test})
     if planted == "forward":
-        model = _SlowForward(model)
-    factory = _slow_optimizer if planted == "optimizer" else None
+        model = _SlowForward(model, slow_s)
+    factory = functools.partial(_slow_optimizer, slow_s=slow_s) if planted == "optimizer" else None
     trainer = Trainer(model, loss_fn, parts, config, optimizer_factory=factory, **options)
     trainer.planted = planted  # type: ignore[attr-defined]
     return trainer
