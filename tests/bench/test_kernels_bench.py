@@ -119,8 +119,15 @@ def test_every_measured_pair_runs_on_tiny_inputs():
         *bench._clip_rows(measure, 20, device, generator),
         *bench._xent_rows(measure, 3, 4, device, generator),
     ]
-    assert calls == [row.name for row in rows] and len(rows) == 16
+    assert calls == [row.name for row in rows] and len(rows) == 18
     assert {row.unit for row in rows[:10]} == {"GFLOP/s"} and {row.unit for row in rows[10:]} == {"GB/s"}
+    optimizers = [(row.name, row.size, row.counterpart) for row in rows[12:16]]
+    assert optimizers == [
+        ("SGD momentum", "7 params", "SGD(fused=True)"),
+        ("Adam", "7 params", "Adam(fused=True)"),
+        ("AdamW", "7 params", "AdamW(fused=True)"),
+        ("Adam", "200 params in 200 tensors", "Adam(fused=True)"),
+    ]
     assert [(row.name, row.size) for row in rows[7:10]] == [
         ("matmul vector A@Bᵀ", "5³"),
         ("matmul register", "8×4×12"),

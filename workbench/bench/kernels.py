@@ -13,7 +13,8 @@ device-to-device copy for bandwidth and a large cuBLAS fp32 matmul (TF32 off) fo
 
 Counterparts: ``torch.mm`` in IEEE fp32 (TF32 off, the previous setting restored after); ``torch.sum`` and
 ``torch.linalg.vector_norm`` (read back with ``.item()``, as our reductions return a Python float);
-``torch.optim.SGD``/``Adam`` with ``fused=True``; ``clip_grad_norm_(foreach=True)`` (read back likewise);
+``torch.optim.SGD``/``Adam``/``AdamW`` with ``fused=True`` (one flat tensor; Adam also on a model's
+200 tensors); ``clip_grad_norm_(foreach=True)`` (read back likewise);
 ``F.cross_entropy``.
 
 Without a CUDA GPU (or with numba on its CPU simulator) nothing is run: the result's table says why.
@@ -41,6 +42,7 @@ from workbench.devices.microbench import (
 from workbench.tables import html_table, text_table
 
 _CLIP_TENSORS = 10  # clipping runs over this many equal gradient tensors
+_MODEL_TENSORS = 200  # the optimizers' model case: its parameters in this many tensors (weights and biases)
 _INNER = 3  # calls per CUDA-event sample
 _HEADERS = ("kernel", "size", "ours", "torch", "unit", "ours/torch", "of peak", "torch counterpart")
 
@@ -258,28 +260,64 @@ def _reduction_rows(measure: Measure, n: int, device: torch.device, generator: t
 
 
 def _optimizer_rows(measure: Measure, n: int, device: torch.device, generator: torch.Generator):
+    """SGD, Adam and AdamW on one flat tensor of `n` parameters, and Adam on a model's `_MODEL_TENSORS`
+    tensors of `n` in all (the kernels issue's two cases)."""
     from workbench.kernels import FusedAdam, FusedSGD
 
-    # (label, ours, torch's, options, floats moved per parameter, FLOPs per parameter)
+    adamw = {"lr": 1e-3, "weight_decay": 0.01}
+    # (label, ours, our options, torch's, its options, tensors, floats moved per parameter, FLOPs per one)
     plans = (
-        ("SGD momentum", FusedSGD, torch.optim.SGD, {"lr": 1e-3, "momentum": 0.9}, 5, 4),
-        ("Adam", FusedAdam, torch.optim.Adam, {"lr": 1e-3}, 7, 15),
+        ("SGD momentum", FusedSGD, {}, torch.optim.SGD, {"lr": 1e-3, "momentum": 0.9}, 1, 5, 4),
+        ("Adam", FusedAdam, {}, torch.optim.Adam, {"lr": 1e-3}, 1, 7, 15),
+        ("AdamW", FusedAdam, {"decoupled": True}, torch.optim.AdamW, adamw, 1, 7, 16),
+        ("Adam", FusedAdam, {}, torch.optim.Adam, {"lr": 1e-3}, _MODEL_TENSORS, 7, 15),
     )
-    for label, fused, reference, options, floats, flops in plans:
-        params = [torch.nn.Parameter(torch.randn(n, device=device, generator=generator)) for _ in range(2)]
-        for p in params:
-            p.grad = torch.randn(n, device=device, generator=generator)
-        ours, theirs = fused([params[0]], **options), reference([params[1]], fused=True, **options)
+    for label, fused, our_options, reference, options, tensors, floats, flops in plans:
+        sizes = _tensor_sizes(n, tensors)
+        total = sum(sizes)  # n, unless n is smaller than the tensors
+        models = [_parameters(sizes, device, generator) for _ in range(2)]
+        ours, theirs = fused(models[0], **our_options, **options), reference(models[1], fused=True, **options)
+        size = f"{_count(total)} params" + (f" in {tensors} tensors" if tensors > 1 else "")
         yield measure(
             label,
-            f"{_count(n)} params",
+            size,
             f"{reference.__name__}(fused=True)",
             ours.step,
             theirs.step,
-            flops * n,
-            4 * floats * n,
+            flops * total,
+            4 * floats * total,
             "GB/s",
         )
+        del models, ours, theirs  # before the next plan's (100M parameters are big)
+
+
+def _tensor_sizes(n: int, tensors: int) -> list[int]:
+    """`tensors` sizes that add up to `n` (at least one element each): one, or a model's weight and bias
+    pairs (biases of 1024, fewer for a small `n`).
+
+    Example:
+        >>> sizes = _tensor_sizes(1_000_000, 200)
+        >>> len(sizes), sum(sizes), sizes[:2]
+        (200, 1000000, [8976, 1024])
+    """
+    if tensors == 1:
+        return [n]
+    bias = min(1024, max(1, n // (4 * tensors)))
+    weight = max(1, (n - bias * tensors // 2) // (tensors // 2))
+    sizes = [weight, bias] * (tensors // 2)
+    sizes[0] += max(0, n - sum(sizes))
+    return sizes
+
+
+def _parameters(
+    sizes: list[int], device: torch.device, generator: torch.Generator
+) -> list[torch.nn.Parameter]:
+    params = []
+    for size in sizes:
+        p = torch.nn.Parameter(torch.randn(size, device=device, generator=generator))
+        p.grad = torch.randn(size, device=device, generator=generator)
+        params.append(p)
+    return params
 
 
 def _clip_rows(measure: Measure, n: int, device: torch.device, generator: torch.Generator):
