@@ -53,10 +53,14 @@ def test_kernels_order_with_torch_work_on_a_side_stream(cuda):
         a = torch.randn(1024, 1024, device=cuda)
         for _ in range(20):  # queued work on the side stream the kernel must wait for
             a = a * 1.0001
-        c = matmul(a, a)
-        done = c * 2
+        c = matmul(a, a)  # numba's launch, or the direct one if an earlier test taught it this signature
+        done, first = c * 2, a
+        for _ in range(20):  # more queued work, then certainly the direct launch (this signature is known)
+            a = a * 1.0001
+        again = matmul(a, a) * 2
     torch.cuda.current_stream(cuda).wait_stream(side)
-    assert relative_error(done, 2 * (a.double() @ a.double())) < 1e-5
+    assert relative_error(done, 2 * (first.double() @ first.double())) < 1e-5
+    assert relative_error(again, 2 * (a.double() @ a.double())) < 1e-5
 
 
 def test_cross_entropy_matches_torch_and_never_waits_for_the_gpu(cuda):
