@@ -67,7 +67,7 @@ class DirectKernel:
         function = self.functions.get(stream.device)
         if function is None:  # loaded in the current context: the tensors' GPU's (`_numba.follow_device`)
             function = self.functions[stream.device] = self.compiled._codelibrary.get_cufunc().kernel
-        launch(stream.core, launch_config(*dimensions(grid, block)), function, *parameters)
+        launch(stream.core, launch_config(grid, block), function, *parameters)
         self.launches += 1
 
 
@@ -151,22 +151,17 @@ def scalar_packer(numba_type: Any) -> Callable[[Any], Any] | None:
 
 
 @lru_cache(maxsize=1024)
-def dimensions(grid: Any, block: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """Grid and block as three extents each, as numba normalizes them (an int is (n, 1, 1))."""
-
-    def three(extent: Any) -> tuple[int, int, int]:
-        extents = list(extent) if isinstance(extent, tuple | list) else [extent]
-        return tuple(int(e) for e in extents + [1] * (3 - len(extents)))  # type: ignore[return-value]
-
-    return three(grid), three(block)
-
-
-@lru_cache(maxsize=1024)
-def launch_config(grid: tuple[int, int, int], block: tuple[int, int, int]) -> Any:
-    """cuda.core's launch configuration (no dynamic shared memory, not cooperative), made once per shape."""
+def launch_config(grid: Any, block: Any) -> Any:
+    """cuda.core's launch configuration for `grid` and `block` (ints or tuples), each as three extents as
+    numba normalizes them (an int is (n, 1, 1)); no dynamic shared memory, not cooperative; made once per
+    shape."""
     from cuda.core import LaunchConfig
 
-    return LaunchConfig(grid=grid, block=block)
+    def three(extent: Any) -> tuple[int, ...]:
+        extents = list(extent) if isinstance(extent, tuple | list) else [extent]
+        return tuple(int(e) for e in extents + [1] * (3 - len(extents)))
+
+    return LaunchConfig(grid=three(grid), block=three(block))
 
 
 def compiled_for(kernel: Any, numba_operands: Sequence[Any], operands: Sequence[Any]) -> DirectKernel | None:
