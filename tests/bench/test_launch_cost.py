@@ -18,6 +18,8 @@ def test_without_a_gpu_nothing_is_timed_and_the_reason_is_printed(capsys):
     assert result.micros == {} and "torch.cuda.is_available() is False" in result.reason
     assert bench_kernels(["--launch"]) == 0
     assert capsys.readouterr().out.startswith("launch cost: nothing measured: torch.cuda.is_available()")
+    assert bench_kernels(["--launch", "--repeats", "0"]) == 2
+    assert "bench kernels --launch: error: --repeats must be ≥ 1, got 0" in capsys.readouterr().err
     done = subprocess.run(
         [sys.executable, "-m", "workbench", "bench", "kernels", "--launch"], capture_output=True, text=True
     )

@@ -403,20 +403,21 @@ def main(argv: list[str] | None = None) -> int:
         help="host µs of one kernel call from torch tensors against a bare numba launch",
     )
     args = parser.parse_args(argv)
+    timed_on_host = "--launch" if args.launch else "--host" if args.host else None
+    if timed_on_host and args.repeats < 1:
+        print(
+            f"workbench bench kernels {timed_on_host}: error: --repeats must be ≥ 1, got {args.repeats}",
+            file=sys.stderr,
+        )
+        return 2
     if args.launch:
         from workbench.bench.launch_cost import benchmark_launch_cost
 
-        print(benchmark_launch_cost(repeats=max(args.repeats, 1)).table())
+        print(benchmark_launch_cost(repeats=args.repeats).table())
         return 0
     if args.host:
         from workbench.bench.optimizer_host import benchmark_optimizer_host
 
-        if args.repeats < 1:
-            print(
-                f"workbench bench kernels --host: error: --repeats must be ≥ 1, got {args.repeats}",
-                file=sys.stderr,
-            )
-            return 2
         print(benchmark_optimizer_host(repeats=args.repeats).table())
         print(f"launches stubbed; median [range] of {args.repeats} repeats of 20 steps, variants alternating")
         return 0
