@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -126,19 +127,17 @@ def vector_source(transpose_a: bool, transpose_b: bool, threads: int) -> str:
     return "\n".join(lines + body) + "\n"
 
 
+@dataclass(frozen=True)
 class _Plan:
     """How one operand's slab travels: which 4-float chunks a thread loads, from where, and where they go in
     shared memory. `along_tile`: the stored rows run along the tile's edge (op(a) transposed, op(b) not);
     else along k. `edge`: the kernel's name for the operand's size along the tile ("m" or "n")."""
 
-    def __init__(self, along_tile: bool, name: str, edge: str, threads: int, loads: int) -> None:
-        self.along_tile, self.name, self.edge, self.threads, self.loads = (
-            along_tile,
-            name,
-            edge,
-            threads,
-            loads,
-        )
+    along_tile: bool
+    name: str
+    edge: str
+    threads: int
+    loads: int  # 128-bit loads per thread per slab
 
     def setup(self, indent: str, origin: str) -> list[str]:
         """Per-thread offsets of each chunk (at k = 0) from the tile's first row `origin`, rows past the edge
