@@ -8,5 +8,7 @@ what the stubs held back (tests/browser/test_notebook_in_browser.py)."""
 
 import os
 
+pytest_plugins = ["workbench.bench.nbval_stderr"]  # a failed notebook cell shows what it printed on stderr
+
 os.environ.setdefault("WORKBENCH_QUICK", "1")
 os.environ.setdefault("WORKBENCH_ANSWERS", "1")

@@ -112,6 +112,30 @@ def test_a_pytest_step_counts_outcomes_and_names_each_failure(tmp_path):
     assert failure.name == "sample: test_fails" and "one is not two" in failure.detail
 
 
+def test_a_notebook_cell_s_failure_says_what_differed_and_what_it_printed_on_stderr(tmp_path):
+    """nbval alone reports output on stderr as "Unexpected output fields: {'stderr'}" and a cell's changed
+    text as its first line; the GPU report's line names the cell, the lines that differ and the warning."""
+    import nbformat
+
+    cells = [
+        ("import warnings\nwarnings.warn('Profiler clears events')\nprint('a')", "a\n"),
+        ("print('fp16: True')\nprint('fp32: True')", "fp32: True\n"),
+        ("print('same')", "same\n"),
+    ]
+    notebook = nbformat.v4.new_notebook()
+    for number, (source, stored) in enumerate(cells, start=1):
+        cell = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\n" + source, execution_count=number)
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=stored)]
+        notebook.cells.append(cell)
+    nbformat.write(notebook, tmp_path / "cells.ipynb")
+    args = [*gpu_check.NBVAL_ARGS, str(tmp_path / "cells.ipynb")]
+    summary, warned, changed = gpu_check._pytest_checks("notebooks", args, timeout=120)
+    assert summary.detail == "1 passed, 2 failed, 0 skipped"
+    assert warned.name == "notebooks: Cell 0"
+    assert "{'stderr'}" in warned.detail and "stderr: UserWarning: Profiler clears events" in warned.detail
+    assert changed.detail.endswith("mismatch 'stdout' (this run: fp16: True; stored: -)")
+
+
 def test_a_pytest_step_past_its_time_is_stopped_with_its_workers(tmp_path):
     (tmp_path / "test_slow.py").write_text(
         "import subprocess, sys, time\n"

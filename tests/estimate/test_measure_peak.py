@@ -35,3 +35,10 @@ def test_a_peak_does_not_drift_with_memory_an_earlier_profile_left_allocated():
     allocator_peak(lambda: kept.append(torch.zeros(10 * 2**20 // 4)), [], cpu)  # 10 MiB, still alive
     second = allocator_peak(step, [], cpu)
     assert first.during == second.during and 16_000 <= first.during < 17_000
+
+
+def test_measuring_a_cpu_peak_does_not_warn_about_profiler_cycles_on_torch_2_11(profiler_warnings):
+    model = torch.nn.Linear(16, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    measure_peak(model, optimizer, functional.mse_loss, torch.randn(8, 16), torch.randn(8, 1))
+    assert not [w for w in profiler_warnings if "clears events" in str(w.message)]

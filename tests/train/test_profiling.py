@@ -148,3 +148,8 @@ def test_the_library_share_is_the_products_part_of_the_profiled_time():
     mm_ms = sum(op.self_ms for op in result.top_ops if op.name == "aten::mm")
     assert result.library_ms == pytest.approx(mm_ms) and 0 < result.library_share < 1
     assert f"{result.library_share:.0%} of the time in matrix-product" in result.table()
+
+
+def test_a_profiled_fit_does_not_warn_about_profiler_cycles_on_torch_2_11(tmp_path, profiler_warnings):
+    _trainer(tmp_path, profile_steps=(2, 3)).fit()
+    assert not [w for w in profiler_warnings if "clears events" in str(w.message)]

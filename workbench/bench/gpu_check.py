@@ -36,7 +36,6 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
-import re
 import signal
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench._validate import check_int
+from workbench.bench.failure_lines import failure_line
 from workbench.bench.gpu_report import Check, GpuReport, at_least, at_most, failed, reported
 from workbench.tables import text_table
 
@@ -79,24 +79,6 @@ def _run_in_own_session(command: list[str], env: dict[str, str], timeout: float)
         return process.communicate()[0], True
 
 
-def _failure_line(message: str, text: str) -> str:
-    """What a failed test says, in one line: its message's first line, or where that only starts a child
-    process's traceback, the last exception line of the failure's text.
-
-    Example:
-        >>> _failure_line("AssertionError: Traceback (most recent call last):", "E   ValueError: no ptxas")
-        'AssertionError: ValueError: no ptxas'
-    """
-    first = message.splitlines()[0] if message else ""
-    if "Traceback (most recent call last)" not in first:
-        return first[:600]
-    exception = re.compile(r"^(E\s+)?[\w.]+(Error|Exception)\b")
-    found = [
-        line.strip().removeprefix("E").strip() for line in text.splitlines() if exception.match(line.strip())
-    ]
-    return f"{first.split(':')[0]}: {found[-1] if found else 'see the log'}"[:600]
-
-
 def _pytest_checks(name: str, args: list[str], timeout: float, **env_vars: str) -> list[Check]:
     """Run pytest in a child process; one check for the counts, one failed check per failed test."""
     with tempfile.TemporaryDirectory() as folder:
@@ -125,7 +107,7 @@ def _pytest_checks(name: str, args: list[str], timeout: float, **env_vars: str) 
             problem = problem if problem is not None else case.find("error")
             if problem is not None:
                 outcome["failed"] += 1
-                message = _failure_line(problem.get("message") or "", problem.text or "")
+                message = failure_line(problem.get("message") or "", problem.text or "")
                 failures.append(failed(f"{name}: {case.get('name')}", message))
             elif case.find("skipped") is not None:
                 outcome["skipped"] += 1
@@ -195,10 +177,13 @@ GPU_NOTEBOOKS = ("01_gpu_kernels", "03_data_parallel", "05_mixed_precision", "06
                  "09_where_the_time_goes")  # fmt: skip
 
 
+NBVAL_ARGS = ("--nbval-lax", "--nbval-current-env", "-p", "workbench.bench.nbval_stderr")  # + cells' stderr
+
+
 def _notebooks() -> list[Check]:
     """The tutorials whose GPU paths matter, by nbval at their full (GPU) sizes on this Python's kernel."""
     paths = [f"notebooks/{name}.ipynb" for name in GPU_NOTEBOOKS]
-    args = ["--nbval-lax", "--nbval-current-env", *paths, *parallel_args(_workers(len(paths)))]
+    args = [*NBVAL_ARGS, *paths, *parallel_args(_workers(len(paths)))]
     return _pytest_checks("notebooks", args, timeout=900, WORKBENCH_QUICK="0")
 
 

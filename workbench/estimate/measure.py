@@ -194,7 +194,8 @@ def allocator_peak(step: Callable[[], object], alive: list[torch.Tensor], device
 
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recorded:
+    # acc_events: one cycle, so no difference, but torch 2.10-2.11 warn without it (pytorch#180348)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as recorded:
         step()
     with tempfile.TemporaryDirectory(prefix="workbench-peak-") as folder:
         trace = Path(folder) / "trace.json"
