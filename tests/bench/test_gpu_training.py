@@ -37,4 +37,6 @@ def test_the_input_paths():
     resident, wait = gpu_training.input_paths(device="cpu", epochs=1, loader_workers=1)
     assert resident.target == ">= 3" and resident.value > 0
     assert wait.unit == "of step time" and 0 <= wait.value <= 1 and "logged steps" in wait.detail
-    assert "the loader alone" in wait.detail
+    assert "the loader alone" in wait.detail and "a step" in wait.detail
+    keeps_up = "does not keep up" not in wait.detail
+    assert wait.target == ("<= 0.05" if keeps_up else "") and (wait.passed is None) != keeps_up

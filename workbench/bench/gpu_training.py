@@ -13,6 +13,7 @@ step over the repeats, with the range of the ratios.
 from __future__ import annotations
 
 import copy
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -219,23 +220,29 @@ def _alternate_fits(variants: dict[str, Callable[[], int]]) -> tuple[dict[str, i
 
 
 class _DataWait(Callback):
-    """The share of each logged step's time spent waiting for the loader (the ``step_time`` event)."""
+    """Each logged step's time and the share of it spent waiting for the loader (the ``step_time`` event)."""
 
     def __init__(self) -> None:
         self.shares: list[float] = []
+        self.step_ms: list[float] = []
 
     def on_step(self, metrics: Event) -> None:
         phases = metrics.get("step_time")
         if phases and phases.get("total"):
             self.shares.append(phases["data"] / phases["total"])
+            self.step_ms.append(1e3 * phases["total"])
 
 
-def input_paths(device: str = "cuda", epochs: int = 20, loader_workers: int = 4) -> list[Check]:
+def input_paths(device: str = "cuda", epochs: int = 20, loader_workers: int | None = None) -> list[Check]:
     """Digits epochs from a device-resident dataset against per-batch copies from pageable memory (the
     same MLP steps, fused Adam), and a user's DataLoader (`loader_workers` worker processes) through the
-    Trainer's pinned prefetch: the share of a logged step spent waiting for data, beside what the loader
-    alone takes per batch (the target holds where the loader keeps up; on the first H100 run the loader had
-    no workers and the wait was 52% of the step, its own time per batch not measured)."""
+    Trainer's pinned prefetch: the share of a logged step spent waiting for data,
+    beside what the loader alone takes per batch, timed after its workers started. The target is for a
+    loader that keeps up (per batch no slower than a step); where it does not, the share is reported
+    without a verdict. (On the H200 a per-sample DataLoader took 11.2 ms a batch, its workers' start
+    included, against a step of a few ms: 48% of the step was waiting.)"""
+    if loader_workers is None:  # half the cores, at most 8: the rest run the training process
+        loader_workers = min(8, max(1, (os.cpu_count() or 2) // 2))
     data = load_dataset("digits")
     target = torch.device(device)
     model = torch.nn.Sequential(
@@ -278,6 +285,7 @@ def input_paths(device: str = "cuda", epochs: int = 20, loader_workers: int = 4)
         TensorDataset(images.features, images.targets), batch_size=256, shuffle=True,
         num_workers=loader_workers, persistent_workers=loader_workers > 0,
     )  # fmt: skip
+    sum(1 for _ in loader)  # starts the workers (they persist), so the timed pass is the loader's pace
     started = time.perf_counter()
     batches = sum(1 for _ in loader)
     loader_ms = 1e3 * (time.perf_counter() - started) / batches
@@ -288,11 +296,17 @@ def input_paths(device: str = "cuda", epochs: int = 20, loader_workers: int = 4)
         models.small_cnn(3, 10), torch.nn.functional.cross_entropy, Splits(loader), config, callbacks=[wait]
     ).fit()
     share = statistics.median(wait.shares[1:] or wait.shares)  # the first step also starts the loader
+    step_ms = statistics.median(wait.step_ms[1:] or wait.step_ms)
+    keeps_up = loader_ms <= step_ms
     detail = (
         f"median of {len(wait.shares)} logged steps, largest {max(wait.shares):.1%}; the loader alone "
-        f"{loader_ms:.2f} ms a batch ({loader_workers} workers)"
+        f"{loader_ms:.2f} ms a batch ({loader_workers} workers), a step {step_ms:.2f} ms"
     )
-    checks.append(at_most("data wait, DataLoader + pinned prefetch", share, "of step time", "", 0.05, detail))
+    name = "data wait, DataLoader + pinned prefetch"
+    if keeps_up:
+        checks.append(at_most(name, share, "of step time", "", 0.05, detail))
+    else:  # the target's condition does not hold: a number, no verdict
+        checks.append(reported(name, share, "of step time", "", f"{detail}: the loader does not keep up"))
     return checks
 
 
