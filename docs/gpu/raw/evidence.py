@@ -166,7 +166,8 @@ def profile_kernels() -> dict[str, dict[str, object]]:
 
 def peak_blocks(trace: list[dict], top: int = 12) -> dict[str, object]:
     """Replay an allocator trace (``torch.cuda.memory._snapshot()["device_traces"][i]``): the bytes alive at
-    the peak and the largest blocks then, each with its innermost Python frames.
+    the peak, the largest blocks then, each with its innermost Python frames, and every block then summed by
+    those frames (bytes, blocks, where).
 
     Example:
         >>> trace = [{"action": "alloc", "addr": 1, "size": 4, "frames": []},
@@ -174,6 +175,8 @@ def peak_blocks(trace: list[dict], top: int = 12) -> dict[str, object]:
         ...           "name": "f"}]}, {"action": "free_completed", "addr": 1, "size": 4, "frames": []}]
         >>> peak_blocks(trace)["peak_bytes"], peak_blocks(trace)["blocks"][0][1]
         (12, 'm.py:3 f')
+        >>> peak_blocks(trace)["by_place"]
+        [(8, 1, 'm.py:3 f'), (4, 1, '(no Python frame)')]
     """
     live: dict[int, tuple[int, str]] = {}
     total = peak = 0
@@ -193,7 +196,15 @@ def peak_blocks(trace: list[dict], top: int = 12) -> dict[str, object]:
         elif action == "free_completed" and event["addr"] in live:
             total -= live.pop(event["addr"])[0]
     blocks = sorted(at_peak.values(), key=lambda block: -block[0])
-    return {"peak_bytes": peak, "blocks": [(size, where) for size, where in blocks[:top]]}
+    places: dict[str, list[int]] = {}  # every block alive at the peak, by where it was allocated
+    for size, where in blocks:
+        places.setdefault(where or "(no Python frame)", []).append(size)
+    by_place = sorted(places.items(), key=lambda item: -sum(item[1]))
+    return {
+        "peak_bytes": peak,
+        "blocks": [(size, where) for size, where in blocks[:top]],
+        "by_place": [(sum(sizes), len(sizes), where) for where, sizes in by_place[: 3 * top]],
+    }
 
 
 def memory() -> dict[str, object]:
