@@ -192,10 +192,11 @@ def allocator_peak(step: Callable[[], object], alive: list[torch.Tensor], device
     import tempfile
     from pathlib import Path
 
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    # acc_events: one cycle, so no difference, but torch 2.10-2.11 warn without it (pytorch#180348)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as recorded:
+    from workbench._profiler import profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recorded:
         step()
     with tempfile.TemporaryDirectory(prefix="workbench-peak-") as folder:
         trace = Path(folder) / "trace.json"

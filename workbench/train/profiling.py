@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from workbench._profiler import profile
 from workbench.tables import html_table, text_table
 
 TOP_OPS = 15  # rows in the summary
@@ -115,9 +116,7 @@ class StepProfiler:
     def before_step(self, step: int) -> None:
         """Step `step` (1-based) is about to run."""
         if step == self.first and self._profile is None:
-            # one cycle, so keeping events across cycles changes nothing; torch 2.10-2.11 warn on every
-            # profile without it ("Profiler clears events at the end of each cycle", pytorch#180348)
-            self._profile = torch.profiler.profile(activities=self._activities, acc_events=True)
+            self._profile = profile(activities=self._activities)
             self._profile.__enter__()
         if self._profile is not None:
             self._range = torch.profiler.record_function(f"step {step}")
