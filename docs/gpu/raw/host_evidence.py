@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import cProfile
 import io
-import os
 import pstats
 import statistics
 import sys
@@ -92,18 +91,17 @@ def launch() -> None:
             print(f"{_median_us(run):10.1f} us  {name}")
         except Exception as error:
             print(f"     error  {name}: {error!r}"[:300])
+    from workbench.bench.launch_cost import _launch_path
     from workbench.kernels._numba import launch as launch_kernel
-    from workbench.kernels.direct_launch import LAUNCH_VARIABLE
 
     def ours() -> None:
         x_buffer = as_buffer(x, "x")
         launch_kernel(kernel, 528, 256, x_buffer.stream(), x_buffer, as_buffer(out, "out"))
 
     for choice in ("direct", "numba"):  # the variable is read at each launch: set around the whole timing
-        os.environ[LAUNCH_VARIABLE] = choice
-        print(f"{_median_us(ours):10.1f} us  as_buffer ×2 + launch, {choice}")
-        print(f"{_median_us(lambda: numba_sum(x)):10.1f} us  workbench sum(x), 1M, {choice}")
-    os.environ.pop(LAUNCH_VARIABLE)
+        with _launch_path(choice):  # (the caller's value, if any, comes back after)
+            print(f"{_median_us(ours):10.1f} us  as_buffer ×2 + launch, {choice}")
+            print(f"{_median_us(lambda: numba_sum(x)):10.1f} us  workbench sum(x), 1M, {choice}")
     p = torch.nn.Parameter(torch.randn(1_000_000, device="cuda"))
     p.grad = torch.randn_like(p)
     adam = FusedAdam([p], lr=1e-3)
