@@ -7,8 +7,9 @@
 tensor's ``__cuda_array_interface__``, numba's view of it, torch's current stream wrapped for numba, the
 configured launch object, a bare launch of prepared device arrays and our whole `sum`; then cProfile's
 top functions over 200 calls of `sum` and of `FusedAdam.step`. `trainer` runs `Trainer.fit` on the GPU
-report's GPT and on the peers' MLP once under cProfile (top functions) and once with CUDA's sync debug mode
-on (each host wait counted by the line of our code that caused it).
+report's GPT and on the peers' MLP once under cProfile (top functions), once with CUDA's sync debug mode
+on (each host wait counted by the line of our code that caused it) and once under torch.profiler (the
+GPU's kernels and their share of the wall), the GPT's hand loop too.
 """
 
 from __future__ import annotations
@@ -148,6 +149,29 @@ def _count_syncs(run: Callable[[], object]) -> collections.Counter:
     return counts
 
 
+def _device_work(run: Callable[[], object], rows: int = 15) -> str:
+    """What the GPU did during `run()` (torch.profiler, CPU and CUDA): the wall time, the kernels' summed
+    time (their share of the wall: the rest the GPU idled or copied), and the kernels taking the most, so
+    two loops' device work can be compared kernel by kernel."""
+    from workbench._profiler import profile
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with profile(activities=activities) as recorded:
+        _sync()
+        started = time.perf_counter()  # inside: the profiler's own start is not the loop's
+        run()
+        _sync()
+        wall_ms = 1e3 * (time.perf_counter() - started)
+    averages = recorded.key_averages()
+    kernel_ms = sum(getattr(a, "self_device_time_total", 0) for a in averages) / 1e3
+    sort = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    table = averages.table(sort_by=sort, row_limit=rows, max_name_column_width=60)
+    share = kernel_ms / wall_ms
+    return f"wall {wall_ms:.1f} ms, kernels {kernel_ms:.1f} ms ({share:.0%} of the wall)\n{table}"
+
+
 def trainer() -> None:
     import copy
 
@@ -172,6 +196,10 @@ def trainer() -> None:
     for where, n in _count_syncs(hand).most_common(5):
         print(f"  {n:5d}  {where}")
     print(_top(lambda: gpt.fit(), 2, 30))
+    print("the GPU's work in one GPT Trainer.fit:")
+    print(_device_work(lambda: gpt.fit()))
+    print("the GPU's work in one GPT hand loop:")
+    print(_device_work(hand))
 
     from torch.nn import functional
     from torch.utils.data import TensorDataset
@@ -189,6 +217,8 @@ def trainer() -> None:
     for where, n in _count_syncs(lambda: mlp.fit()).most_common(12):
         print(f"  {n:5d}  {where}")
     print(_top(lambda: mlp.fit(), 2, 30))
+    print("the GPU's work in one MLP Trainer.fit:")
+    print(_device_work(lambda: mlp.fit()))
 
 
 if __name__ == "__main__":
