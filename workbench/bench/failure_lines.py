@@ -8,7 +8,7 @@ import re
 ANSI = re.compile(r"(\x1b|#x1B)\[[0-9;]*m")  # colour codes; JUnit XML spells the escape "#x1B"
 EXCEPTION = re.compile(r"^(E\s+)?[\w.]+(Error|Exception|Warning)\b")
 WARNING_OR_ERROR = re.compile(r"\b\w+(Warning|Error|Exception): .*")  # "path:12: UserWarning: what"
-STDERR_HEADING = "The cell's stderr:"  # as workbench.bench.nbval_stderr adds it (a pytest plugin)
+STDERR_HEADING = "The cell's stderr:"  # what workbench.bench.nbval_stderr (a pytest plugin) adds it under
 
 
 def failure_line(message: str, text: str) -> str:

@@ -236,11 +236,10 @@ class _DataWait(Callback):
 def input_paths(device: str = "cuda", epochs: int = 20, loader_workers: int | None = None) -> list[Check]:
     """Digits epochs from a device-resident dataset against per-batch copies from pageable memory (the
     same MLP steps, fused Adam), and a user's DataLoader (`loader_workers` worker processes) through the
-    Trainer's pinned prefetch: the share of a logged step spent waiting for data,
-    beside what the loader alone takes per batch, timed after its workers started. The target is for a
-    loader that keeps up (per batch no slower than a step); where it does not, the share is reported
-    without a verdict. (On the H200 a per-sample DataLoader took 11.2 ms a batch, its workers' start
-    included, against a step of a few ms: 48% of the step was waiting.)"""
+    Trainer's pinned prefetch: the share of a logged step spent waiting for data, beside what the loader
+    alone takes per batch, timed after its workers started. The target is for a loader that keeps up (per
+    batch no slower than a step); where it does not, the share is reported without a verdict. (On the H200
+    the loader's first pass, its workers' start included, took 11.2 ms a batch: 48% of a step waited.)"""
     if loader_workers is None:  # half the cores, at most 8: the rest run the training process
         loader_workers = min(8, max(1, (os.cpu_count() or 2) // 2))
     data = load_dataset("digits")

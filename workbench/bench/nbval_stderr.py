@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-STDERR_HEADING = "The cell's stderr:"
+from workbench.bench.failure_lines import STDERR_HEADING
 
 
 @pytest.hookimpl(wrapper=True)
