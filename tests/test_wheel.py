@@ -51,10 +51,12 @@ def test_kernel_install_user_then_the_tour_runs_on_it_under_nbval(installed_whee
     assert "workbench kernel install" not in done.stdout  # the kernel is registered
     assert sorted(p.name for p in folder.glob("*.ipynb")) == NOTEBOOKS
 
-    # The tour on the kernel that --user installed (the user's directory first), at its CI size.
+    # The tour on the kernel that --user installed (the user's directory first), at its CI size; its kernel
+    # shows what reaches its stderr as a learner's does (the wheel's nbval plugin)
     done = installed_wheel.run(
         installed_wheel.python, "-m", "pytest", "-p", "no:cacheprovider", "--nbval-lax", "-q",
-        folder / "00_tour.ipynb", JUPYTER_PREFER_ENV_PATH="0", WORKBENCH_QUICK="1",
+        "-p", "workbench.bench.nbval_stderr", folder / "00_tour.ipynb", JUPYTER_PREFER_ENV_PATH="0",
+        WORKBENCH_QUICK="1",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:]
     assert " passed" in done.stdout.splitlines()[-1], done.stdout[-500:]

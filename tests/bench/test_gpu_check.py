@@ -114,13 +114,16 @@ def test_a_pytest_step_counts_outcomes_and_names_each_failure(tmp_path):
 
 def test_a_notebook_cell_s_failure_says_what_differed_and_what_it_printed_on_stderr(tmp_path):
     """nbval alone reports output on stderr as "Unexpected output fields: {'stderr'}" and a cell's changed
-    text as its first line; the GPU report's line names the cell, the lines that differ and the warning."""
+    text as its first line, and under pytest its kernel drops what reaches fd 2 (a learner's shows it); the
+    GPU report's line names the cell, the lines that differ and what was printed."""
     import nbformat
 
     cells = [
         ("import warnings\nwarnings.warn('Profiler clears events')\nprint('a')", "a\n"),
         ("print('fp16: True')\nprint('fp32: True')", "fp32: True\n"),
         ("print('same')", "same\n"),
+        # C code and child processes write to the kernel's fd 2: a learner's kernel shows it, nbval's too
+        ("import subprocess\nsubprocess.run('echo USDT: profiler_start >&2', shell=True)\nprint('b')", "b\n"),
     ]
     notebook = nbformat.v4.new_notebook()
     for number, (source, stored) in enumerate(cells, start=1):
@@ -129,11 +132,12 @@ def test_a_notebook_cell_s_failure_says_what_differed_and_what_it_printed_on_std
         notebook.cells.append(cell)
     nbformat.write(notebook, tmp_path / "cells.ipynb")
     args = [*gpu_check.NBVAL_ARGS, str(tmp_path / "cells.ipynb")]
-    summary, warned, changed = gpu_check._pytest_checks("notebooks", args, timeout=120)
-    assert summary.detail == "1 passed, 2 failed, 0 skipped"
+    summary, warned, changed, from_fd = gpu_check._pytest_checks("notebooks", args, timeout=120)
+    assert summary.detail == "1 passed, 3 failed, 0 skipped"
     assert warned.name == "notebooks: Cell 0"
     assert "{'stderr'}" in warned.detail and "stderr: UserWarning: Profiler clears events" in warned.detail
     assert changed.detail.endswith("mismatch 'stdout' (this run: fp16: True; stored: -)")
+    assert from_fd.name == "notebooks: Cell 3" and from_fd.detail.endswith("stderr: USDT: profiler_start")
 
 
 def test_a_pytest_step_past_its_time_is_stopped_with_its_workers(tmp_path):

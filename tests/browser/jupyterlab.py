@@ -94,6 +94,9 @@ def running_lab(root: Path, port: int) -> Iterator[Lab]:
     ]  # fmt: skip
     env = {**os.environ, "JUPYTER_PREFER_ENV_PATH": "1"}
     env.pop("WORKBENCH_ANSWERS", None)  # a learner's Run All: the %%answer cells stay unrun, the stubs stay
+    # ipykernel forwards what C code and child processes write to the kernel's stderr (fd 2) into the cell,
+    # as a learner sees it, except under pytest, which it recognises by this variable
+    env.pop("PYTEST_CURRENT_TEST", None)
     log = (root / "lab.log").open("w")
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

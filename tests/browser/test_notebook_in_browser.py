@@ -12,8 +12,10 @@ Then the exercises are done in the same page, as a learner does after Run All: w
 (``WORKBENCH_ANSWERS=1`` in the kernel) each cell that waited, said "not attempted yet" or held an unrun
 answer runs again, in order (a ``%%ranks`` one between the notebook's ``%ranks start`` and ``stop`` cells);
 no error may follow, and every checked cell (``# NBVAL_CHECK_OUTPUT``) must show the output stored in the
-repository (`checked_outputs`). So each notebook runs once in the suite, and nbval's comparison is made on
-this run (nbval itself runs the tour on the installed wheel, tests/test_wheel.py).
+repository (`checked_outputs`), and no cell may print on stderr where the stored notebook has nothing there
+(a library's log lines under a tutorial's cell, which nbval's lax mode never compares). So each notebook
+runs once in the suite, and nbval's comparison is made on this run (nbval itself runs the tour on the
+installed wheel, tests/test_wheel.py).
 Screenshots go to ``artifacts/browser/``.
 
 The lab, the browser and Run All live in ``jupyterlab.py``.
@@ -130,6 +132,21 @@ def _do_the_exercises(page, lab, notebook: str) -> None:
     assert still == [], f"cells {still} still wait or hold an unrun answer after the answers ran"
     stored = json.loads((REPO / "notebooks" / notebook).read_text())
     assert differing_checked_cells(stored, ran) == []
+    printed, expected = _stderr_of_cells(ran), _stderr_of_cells(stored)
+    unexpected = {i: text[-300:] for i, text in printed.items() if i not in expected}
+    assert unexpected == {}, "cells printed on stderr (a learner sees it) where the stored notebook does not"
+
+
+def _stderr_of_cells(notebook: dict) -> dict[int, str]:
+    """What each cell printed on stderr (warnings, a library's log lines), by position; where the stored
+    notebook has some (a launch's progress line, Spark starting), the run may too."""
+    printed = {}
+    for index, cell in enumerate(notebook["cells"]):
+        streams = [o for o in cell.get("outputs", []) if o.get("name") == "stderr"]
+        text = "".join("".join(o.get("text", "")) for o in streams)
+        if text:
+            printed[index] = text
+    return printed
 
 
 def _held_back(cells: list[dict]) -> list[int]:
