@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -174,7 +175,7 @@ def fake_nvml():
 
 
 @pytest.fixture
-def profiler_warnings(monkeypatch) -> list[str]:
+def profiler_warnings(monkeypatch) -> Iterator[list[warnings.WarningMessage]]:
     """torch.profiler as torch 2.10 and 2.11 run it (the GPU machines' torch): every profile started without
     ``acc_events=True`` warns "Profiler clears events at the end of each cycle" (pytorch#180348, fixed
     after 2.11), which a notebook cell shows on stderr. The list fills with the warnings a test raises."""

@@ -44,6 +44,7 @@ from tests.browser.jupyterlab import (
     wait_until_kernel_quiet,
 )
 from tests.browser.stored_figures import store_figures
+from workbench.bench.nbval_stderr import stderr_text
 from workbench.exercises.waiting import ANSWERS_ENV
 
 NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
@@ -140,13 +141,8 @@ def _do_the_exercises(page, lab, notebook: str) -> None:
 def _stderr_of_cells(notebook: dict) -> dict[int, str]:
     """What each cell printed on stderr (warnings, a library's log lines), by position; where the stored
     notebook has some (a launch's progress line, Spark starting), the run may too."""
-    printed = {}
-    for index, cell in enumerate(notebook["cells"]):
-        streams = [o for o in cell.get("outputs", []) if o.get("name") == "stderr"]
-        text = "".join("".join(o.get("text", "")) for o in streams)
-        if text:
-            printed[index] = text
-    return printed
+    texts = {index: stderr_text(cell.get("outputs", [])) for index, cell in enumerate(notebook["cells"])}
+    return {index: text for index, text in texts.items() if text}
 
 
 def _held_back(cells: list[dict]) -> list[int]:

@@ -50,11 +50,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     outputs = getattr(item, "test_outputs", None)  # nbval's cell: the outputs its run sent
     if report.failed and call.when == "call" and outputs and isinstance(report.longrepr, str):
-        stderr = "".join(_text(out.get("text", "")) for out in outputs if out.get("name") == "stderr")
+        stderr = stderr_text(outputs)
         if stderr.strip():
             report.longrepr += f"\n{STDERR_HEADING}\n{stderr.strip()[-2000:]}\n"
     return report
 
 
-def _text(text: str | list[str]) -> str:
-    return text if isinstance(text, str) else "".join(text)
+def stderr_text(outputs: list[dict[str, Any]]) -> str:
+    """What a cell's outputs (nbformat's, as a kernel sent them or a notebook file holds them) printed on
+    stderr; a stream's text is a string or a list of lines.
+
+    Example:
+        >>> stderr_text([{"name": "stdout", "text": "a"}, {"name": "stderr", "text": ["b\\n", "c"]}])
+        'b\\nc'
+    """
+    return "".join("".join(out.get("text", "")) for out in outputs if out.get("name") == "stderr")
