@@ -7,6 +7,7 @@ The README's example runs there too (tests/test_readme.py uses the same venv).
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 
 from tests.installed_wheel import REPO
@@ -96,9 +97,18 @@ def test_the_kernel_env_benchmark_reads_the_installed_kernelspec(installed_wheel
     assert (done.returncode, done.stdout) == (0, "{'MALLOC_TOP_PAD_': '268435456'}\n"), done.stderr
 
 
-def test_the_wheel_carries_the_stored_gpu_report_the_tutorials_show(installed_wheel):
+def test_the_wheel_carries_every_stored_gpu_report_the_tutorials_show(installed_wheel):
+    shown = set()
+    for notebook in (REPO / "notebooks").glob("*.ipynb"):
+        shown |= set(re.findall(r'stored_report\((?:\\"([\w-]+)\\")?\)', notebook.read_text()))
+    gpus = sorted(name or "nvidia-h100-80gb-hbm3" for name in shown)  # stored_report()'s default
+    assert "nvidia-h200" in gpus, gpus
     names = zipfile.ZipFile(installed_wheel.wheel).namelist()
-    assert "workbench/resources/gpu/nvidia-h100-80gb-hbm3.json" in names
-    code = "from workbench.bench.gpu_report import stored_report; print(stored_report().environment['gpu'])"
-    done = installed_wheel.run(installed_wheel.python, "-c", code)
-    assert (done.returncode, done.stdout) == (0, "NVIDIA H100 80GB HBM3\n"), done.stderr
+    assert [gpu for gpu in gpus if f"workbench/resources/gpu/{gpu}.json" not in names] == []
+    code = (
+        "import sys; from workbench.bench.gpu_report import stored_report\n"
+        "for gpu in sys.argv[1:]: print(stored_report(gpu).environment['gpu'])"
+    )
+    done = installed_wheel.run(installed_wheel.python, "-c", code, *gpus)
+    assert done.returncode == 0, done.stderr
+    assert set(done.stdout.splitlines()) == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
