@@ -107,17 +107,23 @@ def test_nvml_reads_this_gpu():
 
 
 def test_the_memory_estimate_of_a_cuda_step_holds_within_its_band():
+    """Made with the model on the GPU, as a user there makes it, the estimate holds within its stated band
+    (its check's real steps see what cuDNN and cuBLAS allocate); the same estimate made on the CPU is printed
+    beside it (it cannot see those workspaces: on an H100, -63% for the GRU, -20% for small_cnn)."""
     from tests.estimate.test_peak_matrix import CASES
-    from tests.gpu.helpers import estimate_and_cuda_peak
+    from tests.gpu.helpers import cuda_estimates, cuda_peak
 
     misses = []
     for name, case in CASES.items():
-        traced, real = estimate_and_cuda_peak(case)
-        error = traced.total / real.peak - 1
-        mib = f"estimate {traced.total / 2**20:.2f} MiB, CUDA peak {real.peak / 2**20:.2f} MiB"
-        print(f"{name}: {mib}, {error:+.1%}")
-        if abs(error) > traced.uncertainty:
-            misses.append(f"{name.split(',')[0]}: {mib} ({error:+.0%}, band ±{traced.uncertainty:.0%})")
+        on_gpu, on_cpu = cuda_estimates(case)
+        torch.cuda.empty_cache()
+        real = cuda_peak(case)
+        error = on_gpu.total / real.peak - 1
+        mib = f"estimate {on_gpu.total / 2**20:.2f} MiB, CUDA peak {real.peak / 2**20:.2f} MiB"
+        cpu_error = on_cpu.total / real.peak - 1
+        print(f"{name}: {mib}, {error:+.1%} ({on_gpu.basis}); made on the CPU: {cpu_error:+.1%}")
+        if abs(error) > on_gpu.uncertainty:
+            misses.append(f"{name.split(',')[0]}: {mib} ({error:+.0%}, band ±{on_gpu.uncertainty:.0%})")
         torch.cuda.empty_cache()
     assert not misses, "; ".join(misses)
 

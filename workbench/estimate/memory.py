@@ -48,8 +48,8 @@ METHODS = ("auto", "traced", "analytic")
 TRACED_UNCERTAINTY = 0.05
 ANALYTIC_UNCERTAINTY = 0.85
 EXTRAPOLATED_UNCERTAINTY = 0.15  # the issue's bound for a small measured step extrapolated in batch
-# method="auto" checks a trace against real steps at batch 1 and 2 for models up to this many parameters (a
-# copy trains on this machine); where they differ by more than CHECK_TOLERANCE it extrapolates the real ones
+# method="auto" checks a trace against real steps at batch 4 and 8 for models up to this many parameters (a
+# copy trains on the model's device); where they differ by more than CHECK_TOLERANCE it extrapolates those
 CALIBRATION_MAX_PARAMS = 16_000_000
 CHECK_TOLERANCE = 0.03
 # Leaf modules whose backward needs their output (ReLU keeps its result), not their input.
@@ -269,8 +269,8 @@ def estimate_memory(
             below), or ``"auto"``: traced where it can be, else analytic; a traced model of at most
             `CALIBRATION_MAX_PARAMS` parameters is also trained for real at two small batches on a copy, and
             where the trace misses what the kernels allocate (by more than `CHECK_TOLERANCE`: oneDNN's LSTM
-            on CPU), the real peaks are extrapolated in batch instead (basis "measured at batch 4 and 8,
-            extrapolated").
+            on CPU, cuDNN's RNN and convolution workspaces on GPUs), the real peaks are extrapolated in batch
+            (basis "measured at batch 4 and 8, ..."). They run on the model's device: estimate GPU runs there.
         target, loss_fn: for a traced step, one target sample and the loss (default: the output's mean
             square in fp32; see `workbench.estimate.trace`).
         batch_size: samples per device per step (for ``"pipeline"``: the batch entering the pipeline).

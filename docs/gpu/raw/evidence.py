@@ -212,17 +212,21 @@ def memory() -> dict[str, object]:
 
     sys.path.insert(0, ".")
     from tests.estimate.test_peak_matrix import CASES
-    from tests.gpu.helpers import estimate_and_cuda_peak
+    from tests.gpu.helpers import cuda_estimates, cuda_peak
 
     found: dict[str, object] = {}
     for name, case in CASES.items():
-        torch.cuda.memory._record_memory_history(max_entries=500_000, stacks="python")
         try:
-            traced, real = estimate_and_cuda_peak(case)  # the estimate is made on the CPU: not recorded
+            traced, on_cpu = cuda_estimates(case)  # before the recording: its check's steps run on the GPU
+            torch.cuda.empty_cache()
+            torch.cuda.memory._record_memory_history(max_entries=500_000, stacks="python")
+            real = cuda_peak(case)
             trace = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
             parts = dataclasses.asdict(traced) if dataclasses.is_dataclass(traced) else vars(traced)
             found[name] = {
                 "estimate_mib": round(traced.total / 2**20, 2),
+                "basis": traced.basis,
+                "estimate_on_cpu_mib": round(on_cpu.total / 2**20, 2),
                 "peak_mib": round(real.peak / 2**20, 2),
                 "held_apart_mib": round(real.held_apart / 2**20, 2),
                 "band": traced.uncertainty,
