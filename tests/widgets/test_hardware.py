@@ -1,5 +1,7 @@
 """HardwareInspector and Estimator through their widget objects (no browser)."""
 
+import html
+
 import pytest
 import torch
 
@@ -102,6 +104,17 @@ def test_estimator_chart_has_a_bar_per_strategy_and_the_memory_line():
     assert estimator.figure.layout.shapes[0].y0 == pytest.approx(80.0)
 
 
+def test_a_gpu_s_memory_figure_says_when_a_cpu_checked_it():
+    """Checked by real steps on this CPU, the figure for a GPU leaves out cuDNN's and cuBLAS's workspaces
+    (an H100 held 2.7× a GRU's CPU-made estimate): the answer says so for a GPU, not for this CPU."""
+    estimator = _estimator(hardware_name="H100 SXM")
+    assert estimator.estimate().memory.checked_on == "cpu"
+    answer = html.unescape(estimator.answer.value)
+    assert "on this CPU; a GPU's cuDNN and cuBLAS workspaces are not in it" in answer
+    estimator.strategy.value = "pipeline"  # the rules: no real steps checked them
+    assert "±85%, analytic" in estimator.answer.value and "on this CPU" not in estimator.answer.value
+
+
 def test_a_combination_that_cannot_be_shows_why():
     estimator = _estimator()
     estimator.devices.value = 3  # single strategy on 3 devices
@@ -117,6 +130,7 @@ def test_measured_cpu_hardware_plugs_in(cpu_benchmark):
     )
     estimator = _estimator(hardware={"this CPU": cpu})
     assert estimator.estimate().time.step_s > 0
+    assert "±5%, traced (checked" in estimator.answer.value and "on this CPU" not in estimator.answer.value
 
 
 def test_bad_estimator_arguments():

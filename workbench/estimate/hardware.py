@@ -27,6 +27,7 @@ class Hardware:
         fp32_flops, low_precision_flops: matmul FLOP/s in fp32 and in bf16/fp16.
         memory_bandwidth: device memory bandwidth, bytes/s.
         link_bandwidth: bytes/s each device sends to its peers (NVLink, PCIe, or the host's memory).
+        gpu: a GPU (whose libraries, cuDNN and cuBLAS, allocate workspaces a CPU run does not).
 
     Example:
         >>> from workbench.devices.datasheets import DATASHEETS
@@ -41,6 +42,7 @@ class Hardware:
     low_precision_flops: float
     memory_bandwidth: float
     link_bandwidth: float
+    gpu: bool = True
 
     def flops(self, precision: str) -> float:
         """Matmul FLOP/s at `precision` ("fp32", "bf16", "fp16")."""
@@ -84,4 +86,5 @@ def hardware_from_benchmark(
         low_precision_flops=(low_precision_gflops or matmul_gflops) * 1e9,
         memory_bandwidth=copy_gbs * 1e9,
         link_bandwidth=copy_gbs * 1e9,
+        gpu=False,
     )

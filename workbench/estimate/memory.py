@@ -110,10 +110,8 @@ class ModelProfile:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes per device; `total` is their sum.
-
-    `comm_buffers` holds what a strategy allocates for communication: DDP's gradient buckets, or FSDP's
-    all-gathered largest layer (parameters and their unsharded gradients).
+    """Bytes per device; `total` is their sum. `comm_buffers` holds what a strategy allocates for
+    communication: DDP's gradient buckets, or FSDP's all-gathered largest layer (parameters, their gradients).
     """
 
     params: int
@@ -124,6 +122,7 @@ class MemoryEstimate:
     temporaries: int = 0  # traced: backward's transients, the optimizer's, the batch and the loss at the peak
     basis: str = "analytic"  # "traced" or "analytic" (see the module docstring)
     uncertainty: float = ANALYTIC_UNCERTAINTY  # relative, from the test matrix
+    checked_on: str | None = None  # the device type a traced estimate's real steps ran on ("cpu", "cuda")
 
     @property
     def total(self) -> int:
@@ -144,18 +143,6 @@ class MemoryEstimate:
         return [(name, getattr(self, name), f"{getattr(self, name) / 2**20:.2f}") for name in names]
 
 
-def on_model_device(model: nn.Module, sample: torch.Tensor) -> torch.Tensor:
-    """`sample` on the device of `model`'s first parameter or buffer (a trained model is often on the GPU
-    while a sample taken from a dataset is on the CPU; a forward across the two fails inside torch).
-
-    Example:
-        >>> on_model_device(nn.Linear(2, 1).to("meta"), torch.zeros(1, 2)).device
-        device(type='meta')
-    """
-    device = next((t.device for t in (*model.parameters(), *model.buffers())), sample.device)
-    return sample if sample.device == device else sample.to(device)
-
-
 def profile_model(model: nn.Module, sample: torch.Tensor) -> ModelProfile:
     """Count parameters and run one forward on `sample` (batch first; one sample is enough) to see what
     each leaf layer keeps for backward.
@@ -170,6 +157,8 @@ def profile_model(model: nn.Module, sample: torch.Tensor) -> ModelProfile:
         >>> profile_model(nn.Linear(10, 1), torch.zeros(4, 10)).activation_elements
         10.0
     """
+    from workbench.estimate.trace import on_model_device
+
     check_int("sample batch size", sample.shape[0] if sample.dim() else 0, minimum=1)
     sample = on_model_device(model, sample)
     kept: dict[int, tuple[torch.Tensor, bool]] = {}  # storage address -> (tensor, precision-dependent)
@@ -385,17 +374,17 @@ def _traced(
     gradient_as_bucket_view: bool,
     calibrate: bool,
 ) -> MemoryEstimate:
-    """The traced estimate: one device's traced step (checked against real small steps when `calibrate`);
-    DDP adds its buckets, FSDP shards the state."""
+    """One device's traced step (checked by real small steps if `calibrate`), DDP's buckets, FSDP's shards."""
     from workbench.estimate import trace
 
     options = {"target": target, "loss_fn": loss_fn, "precision": precision}
     options.update(optimizer=optimizer, momentum=momentum)
     step = trace.trace_step_memory(model, sample, batch_size=batch_size, **options)
     parts = dict(step.parts)
-    basis, uncertainty = "traced", TRACED_UNCERTAINTY
+    basis, uncertainty, checked_on = "traced", TRACED_UNCERTAINTY, None
     if calibrate and sum(p.numel() for p in model.parameters()) <= CALIBRATION_MAX_PARAMS:
         check = trace.calibrate(model, sample, batch_size=batch_size, **options)
+        checked_on = next((p.device.type for p in model.parameters()), sample.device.type)
         low, high = check.batches
         extrapolated = check.extrapolate(batch_size)
         if not check.agrees(CHECK_TOLERANCE):
@@ -428,6 +417,7 @@ def _traced(
         temporaries=round(parts["temporaries"]),
         basis=basis,
         uncertainty=uncertainty,
+        checked_on=checked_on,
     )
 
 

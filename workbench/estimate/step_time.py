@@ -95,7 +95,7 @@ def forward_flops(model: nn.Module, sample: torch.Tensor) -> int:
         >>> forward_flops(nn.Linear(10, 5), torch.zeros(3, 10))
         300
     """
-    from workbench.estimate.memory import on_model_device
+    from workbench.estimate.trace import on_model_device
 
     sample = on_model_device(model, sample)
     total = [0]

@@ -137,12 +137,22 @@ def _fake_copy(model: nn.Module, mode: Any) -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
+def on_model_device(model: nn.Module, sample: torch.Tensor) -> torch.Tensor:
+    """`sample` on the device of `model`'s first parameter or buffer (a trained model is often on the GPU
+    while a sample taken from a dataset is on the CPU; a forward across the two fails inside torch).
+
+    Example:
+        >>> on_model_device(nn.Linear(2, 1).to("meta"), torch.zeros(1, 2)).device
+        device(type='meta')
+    """
+    device = next((t.device for t in (*model.parameters(), *model.buffers())), sample.device)
+    return sample if sample.device == device else sample.to(device)
+
+
 def _on_model_device(
     model: nn.Module, sample: torch.Tensor, target: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`sample` and `target` where `model` is (a model on the GPU, a sample from a dataset on the CPU)."""
-    from workbench.estimate.memory import on_model_device
-
     return on_model_device(model, sample), None if target is None else on_model_device(model, target)
 
 

@@ -225,7 +225,7 @@ def _answer_html(result: TrainingEstimate) -> str:
             "total per device",
             f"{memory.total / gib:.3f} GiB of {result.hardware.memory_bytes / gib:.0f}: {verdict}",
         ),
-        ("memory estimate", memory.describe()),
+        ("memory estimate", _memory_basis(memory, result.hardware)),
         ("sent per step per device", f"{result.comm.sent_bytes / 2**20:.2f} MiB ({result.comm.detail})"),
         (
             "step time",
@@ -237,6 +237,17 @@ def _answer_html(result: TrainingEstimate) -> str:
     ]
     caption = f"{result.strategy} on {result.devices} × {result.hardware.name}"
     return html_table(("estimate", "value"), rows, caption=caption)
+
+
+def _memory_basis(memory: MemoryEstimate, hardware: Hardware) -> str:
+    """How sure the memory figure is; for a GPU, whether the real steps that checked it ran on one (a
+    CPU's cannot see what cuDNN and cuBLAS allocate: an H100 held 2.7× a GRU's CPU-made estimate)."""
+    if not (hardware.gpu and memory.checked_on == "cpu"):
+        return memory.describe()
+    return (
+        f"{memory.describe()}, on this CPU; a GPU's cuDNN and cuBLAS workspaces are not in it (estimate with "
+        "the model on a GPU to count them)"
+    )
 
 
 def _memory_parts(memory: MemoryEstimate) -> list[tuple[str, int]]:
