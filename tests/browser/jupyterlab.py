@@ -170,15 +170,31 @@ def run_all_cells(page, lab: Lab, notebook: str, timeout_s: float) -> None:
     wait_for_run_all(page, lab, notebook, timeout_s)
 
 
+def count_code_cells(path: Path, timeout_s: float = 10.0) -> int:
+    """The code cells of the notebook at `path`, read while the lab may be saving it: jupyter_server writes a
+    notebook in place (after keeping a backup), so a read can find it empty or cut short (the clean-clone CI
+    of 4c00228 did: JSONDecodeError on 04a's file); such a read is tried again, for `timeout_s` at most."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            cells = json.loads(path.read_text())["cells"]
+        except json.JSONDecodeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        return sum(cell["cell_type"] == "code" for cell in cells)
+
+
 def wait_for_run_all(page, lab: Lab, notebook: str, timeout_s: float) -> None:
     """Wait until every code cell of `notebook` (Run All pressed in `page`) ran once, in order, and the kernel
     is idle; else a screenshot and an AssertionError listing the prompts."""
     # Done when the code cells are numbered [1], [2], … [n] in order (a fresh kernel ran each once; stored
     # numbers of checked outputs do not look like that) and the kernel is idle again.
-    cells = json.loads((lab.notebooks / notebook).read_text())["cells"]
+    code_cells = count_code_cells(lab.notebooks / notebook)
     started = time.monotonic()
     try:
-        wait_until_all_ran(page, sum(c["cell_type"] == "code" for c in cells), timeout_s)
+        wait_until_all_ran(page, code_cells, timeout_s)
         # Collapsed cells show no prompt: when the last cells are (an exercise's answers), the prompts above
         # are all numbered while those still run. The kernel then tells: idle, no cell run for a while.
         wait_until_kernel_quiet(lab, notebook, timeout_s - (time.monotonic() - started))
