@@ -384,7 +384,7 @@ def _traced(
     basis, uncertainty, checked_on = "traced", TRACED_UNCERTAINTY, None
     if calibrate and sum(p.numel() for p in model.parameters()) <= CALIBRATION_MAX_PARAMS:
         check = trace.calibrate(model, sample, batch_size=batch_size, **options)
-        checked_on = next((p.device.type for p in model.parameters()), sample.device.type)
+        checked_on = check.device
         low, high = check.batches
         extrapolated = check.extrapolate(batch_size)
         if not check.agrees(CHECK_TOLERANCE):

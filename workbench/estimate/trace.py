@@ -89,7 +89,7 @@ def trace_step_memory(
     started = time.perf_counter()
     dtype = autocast_dtype(precision)
     sample, target = _on_model_device(model, sample, target)
-    device = next((p.device for p in model.parameters()), sample.device)
+    device = sample.device  # the model's
     fused = plain_tensors(list(model.parameters()))  # outside the mode: inside, .data is a fake tensor
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         fake = _fake_copy(model, mode)
@@ -173,11 +173,13 @@ def _loss(output: Any, targets: torch.Tensor | None, loss_fn: LossFn | None) -> 
 @dataclass(frozen=True)
 class Calibration:
     """Real allocator peaks of training steps at two small batches (a copy of the model) beside the traced
-    ones: whether the trace sees what the kernels allocate (`agrees`), and the real peaks to extrapolate."""
+    ones: whether the trace sees what the kernels allocate (`agrees`), and the real peaks to extrapolate;
+    `device`: the device type the real steps ran on (the model's)."""
 
     batches: tuple[int, int]
     real: tuple[int, int]
     traced: tuple[int, int]
+    device: str
 
     @property
     def error(self) -> float:
@@ -193,7 +195,7 @@ class Calibration:
         bf16 grew 6.5 KB a sample for real, 1 KB traced), which a check at a small batch cannot see.
 
         Example:
-            >>> check = Calibration((4, 8), (100, 140), (100, 140))
+            >>> check = Calibration((4, 8), (100, 140), (100, 140), "cpu")
             >>> check.outgrows(220, 16, 0.03), check.outgrows(200, 16, 0.03)
             (False, True)
         """
@@ -203,7 +205,7 @@ class Calibration:
         """The real peak at `batch_size`, linear in the batch through the two measured ones.
 
         Example:
-            >>> Calibration((4, 8), (100, 140), (90, 120)).extrapolate(16)
+            >>> Calibration((4, 8), (100, 140), (90, 120), "cpu").extrapolate(16)
             220
         """
         (first, second), (low, high) = self.batches, self.real
@@ -248,4 +250,4 @@ def calibrate(
         options = {"target": target, "loss_fn": loss_fn, "precision": precision}
         options.update(optimizer=optimizer, momentum=momentum)
         traced.append(trace_step_memory(model, sample, batch_size=batch, **options).peak)
-    return Calibration(batches, (real[0], real[1]), (traced[0], traced[1]))
+    return Calibration(batches, (real[0], real[1]), (traced[0], traced[1]), sample.device.type)
