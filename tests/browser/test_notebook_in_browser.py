@@ -275,6 +275,20 @@ def _check_hardware(page) -> None:
     tables = page.locator(".jp-OutputArea-output table").all_inner_texts()
     assert any("CPU matmul fp32" in t for t in tables), "the inspector shows no measurements"
     assert any("total per device" in t for t in tables), "the estimator shows no answer"
+    _check_estimator_on_a_gpu(page)
+
+
+def _check_estimator_on_a_gpu(page) -> None:
+    """A learner picks an H100 in the Estimator: its memory row says the figure was checked on this CPU
+    and what a GPU adds (cuDNN's and cuBLAS's workspaces); this CPU's own choice says nothing of it."""
+    note = "a GPU's cuDNN and cuBLAS workspaces are not in it"
+    answer = page.locator(".widget-html table", has_text="total per device")  # the Estimator's answer
+    assert "1 × this CPU" in answer.inner_text()
+    assert note not in answer.inner_text(), "the CPU's estimate speaks of a GPU's workspaces"
+    page.locator(".widget-dropdown", has_text="hardware").locator("select").select_option(label="H100 SXM")
+    answer.filter(has_text="× H100 SXM").wait_for(timeout=30_000)  # the kernel answered the choice
+    row = answer.locator("tr", has_text="memory estimate").inner_text()
+    assert note in row and "on this CPU" in row, row
 
 
 def _check_where_the_time_goes(page) -> None:
