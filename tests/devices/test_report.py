@@ -63,3 +63,13 @@ def test_the_report_says_which_allocator_runs_and_whether_malloc_is_padded(monke
         assert "defaults" in unpadded and "MALLOC_TOP_PAD_=268435456" in unpadded  # names the fix
         assert padded == "glibc malloc, MALLOC_TOP_PAD_=256 MiB (the workbench kernel's setting)"
     assert [value for _, item, value in device_report().rows() if item == "allocator"] == [padded]
+
+
+def test_report_gives_the_version_workbench_is_installed_under():
+    from importlib.metadata import version
+
+    report = device_report()
+    assert report.packages["workbench"] == version("gpu-training-workbench")  # not the index's `workbench`
+    assert ("workbench", version("gpu-training-workbench")) in [
+        (item, value) for _, item, value in report.rows()
+    ]

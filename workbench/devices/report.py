@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 
+from workbench._distribution import DISTRIBUTION
 from workbench.devices.cpu import CpuInfo, allocator, cpu_info
 from workbench.devices.cuda import CudaStatus, cuda_status
 from workbench.devices.nvml import GpuInfo, NvmlReport, nvml_report
@@ -28,6 +29,8 @@ from workbench.tables import html_table, text_table
 
 REPORTED_PACKAGES = ("workbench", "torch", "numba", "numba-cuda", "nvidia-ml-py", "jupyterlab", "ipywidgets")
 HEADERS = ("section", "item", "value")
+# workbench is installed under its distribution's name (`workbench` on the public index is another project)
+DISTRIBUTIONS = {"workbench": DISTRIBUTION}
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ def device_report(*, nvml: ModuleType | None = None) -> DeviceReport:
     return DeviceReport(
         python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
-        packages={name: _installed_version(name) for name in REPORTED_PACKAGES},
+        packages={name: _installed_version(DISTRIBUTIONS.get(name, name)) for name in REPORTED_PACKAGES},
         cpu=cpu_info(),
         nvml=nvml_report(nvml),
         cuda=cuda_status(),
