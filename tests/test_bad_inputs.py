@@ -226,6 +226,8 @@ CLI = [
         r"--nnodes, --master-addr act on several",
     ),
     (["train", "digits-mlp", "--print-command"], r"--print-command acts on several ranks"),
+    # it told a command-line user to "train with run= (and runs_dir=)", the Trainer's keywords
+    (["runs"], r"no runs directory at runs; train with `workbench train PRESET --run NAME` first"),
     # it made the data for 10,000 ranks first, and died of it with a traceback
     (
         ["bench", "ddp", "--nprocs", "10000"],

@@ -26,8 +26,12 @@ def _runs(args: argparse.Namespace) -> int:
     skipped: list[str] = []
     try:
         runs = list_runs(args.runs_dir, on_skip=lambda path, why: skipped.append(f"{path.name}: {why}"))
-    except FileNotFoundError as error:
-        print(f"workbench runs: error: {error}", file=sys.stderr)
+    except FileNotFoundError:
+        print(
+            f"workbench runs: error: no runs directory at {args.runs_dir}; train with `workbench train "
+            "PRESET --run NAME` first, or name the folder that holds your runs with --runs-dir DIR",
+            file=sys.stderr,
+        )
         return 2
     for line in skipped:
         print(f"workbench runs: skipped {line}", file=sys.stderr)
