@@ -12,7 +12,7 @@ from workbench.cli import main
 from workbench.presets import build_experiment
 from workbench.train import Trainer, read_metrics
 from workbench.train.run_lock import LOCK_FILE, RunLock
-from workbench.train.runs import config_diff, list_runs, metric_names, metric_series
+from workbench.train.runs import _seconds_text, config_diff, list_runs, metric_names, metric_series
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +100,10 @@ def test_workbench_runs_prints_the_table_and_a_diff(runs, capsys):
     assert main(["runs", "--runs-dir", str(runs), "--diff", "single", "nope"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
     assert main(["runs", "--runs-dir", str(runs / "none")]) == 2
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"), [(0.04123, "0.0412 s"), (12.34, "12.3 s"), (999.4, "999 s"), (4321.2, "4,321 s")]
+)
+def test_the_wall_time_column_keeps_three_digits_so_a_short_run_is_not_zero(seconds, shown):
+    assert _seconds_text(seconds) == shown

@@ -69,7 +69,7 @@ class RunSummary:
     def row(self) -> list[str]:
         """The summary as table cells (see `RUN_COLUMNS`)."""
         best = "" if self.best is None else f"{self.best[0]} {self.best[1]:.4g}"
-        wall = "" if self.wall_s is None else f"{self.wall_s:.1f} s"
+        wall = "" if self.wall_s is None else _seconds_text(self.wall_s)
         started = "" if self.started is None else _clock(self.started)
         return [
             self.name,
@@ -81,6 +81,11 @@ class RunSummary:
             self.strategy,
             str(self.world_size),
         ]
+
+
+def _seconds_text(seconds: float) -> str:
+    """Three significant digits, so that a short run does not read 0.0 s: "0.0412 s", "12.3 s", "4,321 s"."""
+    return f"{seconds:.3g} s" if seconds < 1000 else f"{seconds:,.0f} s"
 
 
 RUN_COLUMNS = ["run", "started", "status", "steps", "best val", "wall time", "strategy", "ranks"]
