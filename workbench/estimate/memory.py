@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from workbench._validate import check_choice, check_int, check_nonnegative
+from workbench.estimate.trace import TraceFailed
 from workbench.parallel.strategies.registry import COMPOSED, DEFAULT_TP, STRATEGIES
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -157,7 +158,7 @@ def profile_model(model: nn.Module, sample: torch.Tensor) -> ModelProfile:
         >>> profile_model(nn.Linear(10, 1), torch.zeros(4, 10)).activation_elements
         10.0
     """
-    from workbench.estimate.trace import on_model_device
+    from workbench.estimate.trace import on_model_device, sample_output
 
     check_int("sample batch size", sample.shape[0] if sample.dim() else 0, minimum=1)
     sample = on_model_device(model, sample)
@@ -190,8 +191,7 @@ def profile_model(model: nn.Module, sample: torch.Tensor) -> ModelProfile:
     leaves = [m for m in model.modules() if not list(m.children())]
     handles = [m.register_forward_hook(hook) for m in leaves]
     try:
-        with torch.no_grad():
-            output = model(sample)
+        output = sample_output(model, sample)
     finally:
         for handle in handles:
             handle.remove()
@@ -325,11 +325,19 @@ def estimate_memory(
             f"method='traced' needs an nn.Module with sample= and strategy 'single', 'ddp' or 'fsdp' (got "
             f"{type(model).__name__}, strategy={strategy!r}); use method='analytic' or 'auto'"
         )
+    untraced = ""  # why "auto" fell back to the rules
     if traceable and method != "analytic":
-        return _traced(
-            model, sample, batch_size, target, loss_fn, precision, optimizer, momentum, strategy, devices,
-            gradient_as_bucket_view, calibrate=method == "auto",
-        )  # fmt: skip
+        try:
+            return _traced(
+                model, sample, batch_size, target, loss_fn, precision, optimizer, momentum, strategy, devices,
+                gradient_as_bucket_view, calibrate=method == "auto",
+            )  # fmt: skip
+        except TraceFailed as failed:
+            if method == "traced":
+                raise ValueError(
+                    f"{failed}; method='analytic' (or 'auto') estimates it by the rules"
+                ) from None
+            untraced = f" (not traced: {failed.reason})"
     profile = _profile(model, sample, activation_bytes_per_sample)
 
     mixed = precision != "fp32"
@@ -357,6 +365,7 @@ def estimate_memory(
         optimizer_state=round(count * FP32 * state_tensors),
         activations=round(activations),
         comm_buffers=round(buffers),
+        basis=f"analytic{untraced}",
     )
 
 
@@ -379,6 +388,7 @@ def _traced(
 
     options = {"target": target, "loss_fn": loss_fn, "precision": precision}
     options.update(optimizer=optimizer, momentum=momentum)
+    trace.check_sample_and_target(model, sample, target, loss_fn)  # the user's mistakes, before the trace's
     step = trace.trace_step_memory(model, sample, batch_size=batch_size, **options)
     parts = dict(step.parts)
     basis, uncertainty, checked_on = "traced", TRACED_UNCERTAINTY, None

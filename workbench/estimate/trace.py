@@ -23,8 +23,10 @@ Example:
 from __future__ import annotations
 
 import copy
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,38 +84,19 @@ def trace_step_memory(
         optimizer, momentum: the optimizer the Trainer builds (`workbench.train.optim.build_optimizer`).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     if loss_fn is not None and target is None:
         raise ValueError("loss_fn needs target= (one target sample, as `sample` is one input)")
     started = time.perf_counter()
     dtype = autocast_dtype(precision)
     sample, target = _on_model_device(model, sample, target)
-    device = sample.device  # the model's
+    config = OptimizerConfig(optimizer, lr=1e-3, momentum=momentum)
     fused = plain_tensors(list(model.parameters()))  # outside the mode: inside, .data is a fake tensor
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        fake = _fake_copy(model, mode)
-        inputs = _batch_like(sample, batch_size)
-        targets = None if target is None else _batch_like(target, batch_size)
-        config = OptimizerConfig(optimizer, lr=1e-3, momentum=momentum)
-        optim = build_optimizer(fake.parameters(), config, fused=fused)
-
-        def step(update: bool) -> None:
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                loss = _loss(fake(inputs), targets, loss_fn)
-            loss.backward()
-            if update:
-                optim.step()
-                optim.zero_grad(set_to_none=True)
-
-        step(update=True)  # untracked: creates the optimizer state
-        tracker = MemTracker()
-        tracker.track_external(fake, optim, *(t for t in (inputs, targets) if t is not None))
-        with tracker:
-            # A fused optimizer updates in place, allocating nothing; its fake kernel allocates outputs, so
-            # a fused step's peak is the end of backward (traced), an unfused one's is traced in full.
-            step(update=not fused)
-        snapshot = tracker.get_tracker_snapshot("peak")
+    try:
+        with _fake_tensor_log_quiet(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            snapshot = _peak_of_a_step(model, mode, sample, target, batch_size, loss_fn, dtype, config, fused)
+    except Exception as error:  # what fake tensors cannot run (the real forward ran: check_sample_and_target)
+        raise TraceFailed(error) from error
     parts = dict.fromkeys(("params", "grads", "optimizer_state", "activations", "temporaries"), 0)
     peak = 0
     for by_kind in snapshot.values():
@@ -124,6 +107,45 @@ def trace_step_memory(
                 name = _PARTS.get(getattr(kind, "value", str(kind)), "temporaries")
                 parts[name] += nbytes
     return TracedStep(peak, parts, time.perf_counter() - started)
+
+
+def _peak_of_a_step(
+    model: nn.Module,
+    mode: Any,
+    sample: torch.Tensor,
+    target: torch.Tensor | None,
+    batch_size: int,
+    loss_fn: LossFn | None,
+    dtype: torch.dtype | None,
+    config: OptimizerConfig,
+    fused: bool,
+) -> dict:
+    """MemTracker's peak snapshot of the second of two training steps of a fake copy of `model` (in
+    FakeTensorMode `mode`) on a fake batch of `batch_size`; `fused`: the optimizer the Trainer would build
+    for the real parameters."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    fake = _fake_copy(model, mode)
+    inputs = _batch_like(sample, batch_size)
+    targets = None if target is None else _batch_like(target, batch_size)
+    optim = build_optimizer(fake.parameters(), config, fused=fused)
+
+    def step(update: bool) -> None:
+        with torch.autocast(sample.device.type, dtype=dtype, enabled=dtype is not None):
+            loss = _loss(fake(inputs), targets, loss_fn)
+        loss.backward()
+        if update:
+            optim.step()
+            optim.zero_grad(set_to_none=True)
+
+    step(update=True)  # untracked: creates the optimizer state
+    tracker = MemTracker()
+    tracker.track_external(fake, optim, *(t for t in (inputs, targets) if t is not None))
+    with tracker:
+        # A fused optimizer updates in place, allocating nothing; its fake kernel allocates outputs, so
+        # a fused step's peak is the end of backward (traced), an unfused one's is traced in full.
+        step(update=not fused)
+    return tracker.get_tracker_snapshot("peak")
 
 
 def _fake_copy(model: nn.Module, mode: Any) -> nn.Module:
@@ -147,6 +169,93 @@ def on_model_device(model: nn.Module, sample: torch.Tensor) -> torch.Tensor:
     """
     device = next((t.device for t in (*model.parameters(), *model.buffers())), sample.device)
     return sample if sample.device == device else sample.to(device)
+
+
+_FAKE_FAILURES = {  # what fake tensors cannot run, in the user's words
+    "DataDependentOutputException": (
+        "forward reads a number from a tensor: .item(), float(), branches on data"
+    ),
+    "DynamicOutputShapeException": "an output's shape depends on the data: nonzero(), a boolean mask",
+}
+
+
+class TraceFailed(Exception):
+    """Tracing a step on fake tensors failed where the real forward on the sample ran (an operation
+    without a fake implementation, a shape that depends on the data); `reason` says which, in one line."""
+
+    def __init__(self, error: Exception) -> None:
+        said = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        self.reason = _FAKE_FAILURES.get(type(error).__name__, f"{type(error).__name__}: {said}"[:200])
+        super().__init__(f"tracing a training step on fake tensors failed ({self.reason})")
+
+
+@contextmanager
+def _fake_tensor_log_quiet() -> Iterator[None]:
+    """torch logs a traceback at ERROR level when an operation fails on fake tensors, before raising it;
+    `trace_step_memory` reports the failure itself (`TraceFailed`)."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def check_sample_and_target(
+    model: nn.Module, sample: torch.Tensor, target: torch.Tensor | None, loss_fn: LossFn | None
+) -> None:
+    """The sample through the model and, with `loss_fn`, the loss of its output against `target`, for real
+    at the sample's own batch: a mistake in them is a ValueError naming the argument (`sample_output`)."""
+    sample, target = _on_model_device(model, sample, target)
+    output = sample_output(model, sample)
+    if loss_fn is None or target is None:
+        return
+    try:
+        with torch.no_grad():
+            loss_fn(output, target)
+    except Exception as error:  # whatever the user's loss raises on them
+        said = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(
+            f"loss_fn(output, target) fails on the model's output of sample= and target= of shape "
+            f"{tuple(target.shape)} ({type(error).__name__}: {said}); pass the target of the same sample(s), "
+            "batch first"
+        ) from error
+
+
+def sample_output(model: nn.Module, sample: torch.Tensor) -> Any:
+    """``model(sample)`` without gradients, `sample` already on the model's device; a sample the model
+    cannot take, or a 1-D one the model reads as one unbatched input, is a ValueError that says so and how
+    to pass it (the estimates take the sample's first dimension as the batch).
+
+    Example:
+        >>> sample_output(nn.Linear(20, 2), torch.zeros(20))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: sample= of shape (20,) gave an output of shape (2,): ... sample.unsqueeze(0)
+    """
+    shape = tuple(sample.shape)
+    try:
+        with torch.no_grad():
+            output = model(sample)
+    except Exception as error:  # whatever the user's forward raises on it
+        said = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(
+            f"sample= of shape {shape} does not go through the model ({type(error).__name__}: {said}); pass "
+            "a batch of what the model takes, batch first: one sample is enough (x[:1] of your data)"
+        ) from error
+    if (
+        sample.dim() == 1
+        and isinstance(output, torch.Tensor)
+        and output.dim() >= 1
+        and len(output) != len(sample)
+    ):
+        raise ValueError(
+            f"sample= of shape {shape} gave an output of shape {tuple(output.shape)}: the model took it as "
+            "one input without a batch dimension, and the estimate reads the first dimension as the batch; "
+            "pass it batch first: sample.unsqueeze(0)"
+        )
+    return output
 
 
 def _on_model_device(
