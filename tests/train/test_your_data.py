@@ -338,6 +338,17 @@ def _refusals():
             TypeError,
             r"got a tuple of \(Tensor, Tensor\).*TensorDataset\(x, y\)",
         ),
+        "arrays as splits": (
+            dict(splits=(x.numpy(), y.numpy())),
+            TypeError,
+            r"got a tuple of \(ndarray \(240, 6\), ndarray \(240,\)\), read as \(train, val\).*"
+            r"TensorDataset\(torch\.as_tensor\(x\), torch\.as_tensor\(y\)\)",
+        ),
+        "a list of samples as splits": (
+            dict(splits=[(x[i], y[i]) for i in range(len(x))]),
+            TypeError,
+            r"got a list of \(tuple, tuple, tuple, tuple\)\. A list of 240 samples is one dataset: stack",
+        ),
         "a number as splits": (dict(splits=3), TypeError, r"splits must be a workbench Dataset.*got int"),
         "a dict without train": (dict(splits={"val": data}), TypeError, r"needs the key 'train'"),
         "empty torch split": (

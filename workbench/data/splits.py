@@ -89,10 +89,16 @@ def as_splits(data: Any, argument: str = "splits") -> Splits:
     elif isinstance(data, tuple | list) and not _is_dataset(data):
         if not 1 <= len(data) <= 3 or not all(part is None or _is_dataset(part) for part in data):
             kinds = ", ".join(type(part).__name__ for part in data[:4])
-            hint = ""
-            if any(type(part).__name__ == "Tensor" for part in data):
-                hint = ". Tensors of features and targets: wrap them as torch.utils.data.TensorDataset(x, y)"
-            raise TypeError(f"{argument} must be {ACCEPTED}; got a {type(data).__name__} of ({kinds}){hint}")
+            raise TypeError(
+                f"{argument} must be {ACCEPTED}; got a {type(data).__name__} of ({kinds}){_hint(data)}"
+            )
+        if _features_and_targets(data):  # (X, y) arrays would train on X and validate on y
+            kinds = ", ".join(_kind(part) for part in data)
+            raise TypeError(
+                f"{argument} must be {ACCEPTED}; got a {type(data).__name__} of ({kinds}), read as "
+                "(train, val). Arrays of features and targets: wrap them as "
+                "torch.utils.data.TensorDataset(torch.as_tensor(x), torch.as_tensor(y))"
+            )
         parts = (*data, None, None)[:3]
     elif _is_dataset(data):
         parts = (data, None, None)
@@ -117,6 +123,28 @@ def _is_dataset(value: Any) -> bool:
     if isinstance(value, torch.Tensor | str | bytes | Mapping | tuple | list):
         return False
     return hasattr(value, "__getitem__") and hasattr(value, "__len__")
+
+
+def _hint(data: tuple | list) -> str:
+    """What a tuple or list that is not (train, val, test) most likely is, and how to pass it."""
+    if any(type(part).__name__ == "Tensor" for part in data[:3]):
+        return ". Tensors of features and targets: wrap them as torch.utils.data.TensorDataset(x, y)"
+    if len(data) > 3 or any(isinstance(part, tuple | list) for part in data):
+        return (
+            f". A list of {len(data)} samples is one dataset: stack them into tensors, "
+            "TensorDataset(torch.stack(inputs), torch.stack(targets)), or give it a Dataset class"
+        )
+    return ""
+
+
+def _features_and_targets(data: tuple | list) -> bool:
+    """Two arrays (not datasets) of the same length, the second one value per sample: X and y."""
+    if len(data) != 2 or any(
+        isinstance(part, Dataset | torch.utils.data.Dataset | DataLoader) for part in data
+    ):
+        return False
+    shapes = [getattr(part, "shape", None) for part in data]
+    return all(shapes) and len(shapes[1]) == 1 and shapes[0][0] == shapes[1][0]
 
 
 def _kind(value: Any) -> str:
