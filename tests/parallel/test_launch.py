@@ -197,8 +197,21 @@ def test_a_rank_that_raises_is_named_everyone_stops_and_launch_works_again(free_
         job.fit()
     assert time.monotonic() - started < 30
     assert info.value.rank == 1 and "Traceback" in str(info.value)
+    # the user's frame in the user's file (cloudpickle sent it as "<dynamic-code>"), none of the worker's
+    trace = str(info.value).split("rank 1 traceback:\n", 1)[1]
+    assert f'File "{__file__}", line' in trace and 'raise ValueError("bad shard on purpose")' in trace, trace
+    assert "_worker.py" not in trace and "<dynamic-code>" not in trace, trace
     assert _pids_gone(job.pids) and _port_free(port)
     assert job.fit.__self__ is job and Launch(lambda s: s.world_size, 2, port=port, verbose=False).fit() == 2
+
+
+def test_a_return_value_that_cannot_be_sent_back_is_named_with_what_can():
+    with pytest.raises(
+        WorkerFailed, match=r"rank 0's function returned a generator, which cannot be sent"
+    ) as info:
+        launch(lambda strategy: (step for step in range(3)), 2, verbose=False)
+    assert "return tensors, numbers, strings, or lists and dicts of them" in str(info.value)
+    assert "Traceback" not in str(info.value) and "torch.save" not in str(info.value)
 
 
 def test_a_rank_killed_with_sigkill_is_named_within_30_seconds():

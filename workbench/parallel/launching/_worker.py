@@ -25,7 +25,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ import torch.distributed as dist
 
 from workbench.parallel.group.process_group import leave_process_group
 from workbench.parallel.launching.shared_arrays import SharedArrays, loads_sharing, pickle_sharing
+from workbench.parallel.launching.tracebacks import rank_traceback
 from workbench.parallel.strategies.data_parallel import DataParallel
 from workbench.parallel.strategies.distributed import DistributedStrategy
 from workbench.train.config import TrainConfig
@@ -251,13 +251,24 @@ def run_worker(
         faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
         value, state = _run(rank, spec, events, commands, cells)
         if rank == 0:
-            torch.save({"value": value, "state": state}, spec.result_dir / RESULT_FILE)
+            _save_result(value, state, spec.result_dir / RESULT_FILE)
         leave_process_group(wait_for_others=True)
         events.send(("done", rank))
     except BaseException as error:  # reported to the launcher, which names the rank
-        events.send(("error", rank, type(error).__name__, str(error), traceback.format_exc()))
+        events.send(("error", rank, type(error).__name__, str(error), rank_traceback(error)))
         leave_process_group(wait_for_others=False)
         raise SystemExit(1) from None
+
+
+def _save_result(value: Any, state: dict[str, torch.Tensor] | None, path: Path) -> None:
+    """Rank 0's return value (and the model state the strategy gathered) to `path`, for the launcher."""
+    try:
+        torch.save({"value": value, "state": state}, path)
+    except Exception as error:  # pickle's refusal of what the function returned
+        raise TypeError(
+            f"rank 0's function returned a {type(value).__name__}, which cannot be sent back to the launcher "
+            f"({type(error).__name__}: {error}); return tensors, numbers, strings, or lists and dicts of them"
+        ) from None
 
 
 def _run(

@@ -21,6 +21,7 @@ from workbench.parallel.launching._worker import (
     run_worker,
 )
 from workbench.parallel.launching.shared_arrays import SharedArrays
+from workbench.parallel.launching.tracebacks import with_source_files
 from workbench.train.control import ControlMessage, TrainControl
 from workbench.train.events import CallbackList
 
@@ -254,8 +255,10 @@ class Supervisor:
             message += "\nthen " + "\n".join(f"rank {rank}: {line}" for rank, line in later)
         message += f"\nall {self.spec.world_size} workers were stopped; launch again when fixed"
         summary, report = message, self.reports.get(first)
-        if report is not None:
-            message += f"\n\nrank {first} traceback:\n{report[2]}"
+        if report is not None and report[2].startswith(
+            "Traceback"
+        ):  # frames of the user's, not only its line
+            message += f"\n\nrank {first} traceback:\n{with_source_files(report[2], self.spec.fn)}"
         return WorkerFailed(message, first, summary)
 
     def _hung_failure(self) -> WorkerFailed | None:
@@ -283,6 +286,9 @@ class Supervisor:
         code = self.processes[rank].exitcode or 0
         report = self.reports.get(rank)
         if report is not None:  # what it raised, even if it then died of a signal on the way out
+            lost = next((m for m in _CONSEQUENCES[:2] if m in report[1]), None)
+            if lost is not None:  # gloo's words for another rank's end (a paragraph that ends "GLHF!")
+                return f"{report[0]}: lost the connection to another rank (gloo: {lost})"
             return f"{report[0]}: {report[1]}"
         if code < 0:
             try:
