@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workbench.estimate import estimate_memory
+from workbench.estimate import estimate_memory, training_flops
 from workbench.widgets import Estimator
 
 
@@ -31,6 +31,11 @@ def test_a_sample_of_another_shape_names_its_shape_the_models_error_and_the_fix(
     with pytest.raises(ValueError, match=said) as raised:
         Estimator(_mlp(), torch.zeros(1, 3, 32, 32), samples_per_epoch=1000)
     assert "batch first: one sample is enough (x[:1] of your data)" in str(raised.value)
+
+
+def test_the_flop_count_names_a_sample_of_another_shape_too():
+    with pytest.raises(ValueError, match=r"sample= of shape \(1, 3, 32, 32\) does not go through the model"):
+        training_flops(_mlp(), torch.zeros(1, 3, 32, 32))
 
 
 def test_a_sample_without_its_batch_dimension_is_told_to_unsqueeze():

@@ -95,7 +95,7 @@ def forward_flops(model: nn.Module, sample: torch.Tensor) -> int:
         >>> forward_flops(nn.Linear(10, 5), torch.zeros(3, 10))
         300
     """
-    from workbench.estimate.trace import on_model_device
+    from workbench.estimate.trace import on_model_device, sample_output
 
     sample = on_model_device(model, sample)
     total = [0]
@@ -110,8 +110,7 @@ def forward_flops(model: nn.Module, sample: torch.Tensor) -> int:
     layers = [m for m in model.modules() if isinstance(m, nn.Linear | nn.modules.conv._ConvNd)]
     handles = [m.register_forward_hook(hook) for m in layers]
     try:
-        with torch.no_grad():
-            model(sample)
+        sample_output(model, sample)
     finally:
         for handle in handles:
             handle.remove()
