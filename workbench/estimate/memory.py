@@ -34,7 +34,6 @@ import torch
 from torch import nn
 
 from workbench._validate import check_choice, check_int, check_nonnegative
-from workbench.estimate.trace import TraceFailed
 from workbench.parallel.strategies.registry import COMPOSED, DEFAULT_TP, STRATEGIES
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -325,6 +324,8 @@ def estimate_memory(
             f"method='traced' needs an nn.Module with sample= and strategy 'single', 'ddp' or 'fsdp' (got "
             f"{type(model).__name__}, strategy={strategy!r}); use method='analytic' or 'auto'"
         )
+    from workbench.estimate import trace  # at call time, as `_traced` (the class it raises is this module's)
+
     untraced = ""  # why "auto" fell back to the rules
     if traceable and method != "analytic":
         try:
@@ -332,11 +333,9 @@ def estimate_memory(
                 model, sample, batch_size, target, loss_fn, precision, optimizer, momentum, strategy, devices,
                 gradient_as_bucket_view, calibrate=method == "auto",
             )  # fmt: skip
-        except TraceFailed as failed:
+        except trace.TraceFailed as failed:
             if method == "traced":
-                raise ValueError(
-                    f"{failed}; method='analytic' (or 'auto') estimates it by the rules"
-                ) from None
+                raise ValueError(f"{failed}; method='analytic' (or 'auto') estimates by the rules") from None
             untraced = f" (not traced: {failed.reason})"
     profile = _profile(model, sample, activation_bytes_per_sample)
 

@@ -184,8 +184,7 @@ class TraceFailed(Exception):
     without a fake implementation, a shape that depends on the data); `reason` says which, in one line."""
 
     def __init__(self, error: Exception) -> None:
-        said = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        self.reason = _FAKE_FAILURES.get(type(error).__name__, f"{type(error).__name__}: {said}"[:200])
+        self.reason = _FAKE_FAILURES.get(type(error).__name__, _in_one_line(error)[:200])
         super().__init__(f"tracing a training step on fake tensors failed ({self.reason})")
 
 
@@ -215,12 +214,17 @@ def check_sample_and_target(
         with torch.no_grad():
             loss_fn(output, target)
     except Exception as error:  # whatever the user's loss raises on them
-        said = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ValueError(
             f"loss_fn(output, target) fails on the model's output of sample= and target= of shape "
-            f"{tuple(target.shape)} ({type(error).__name__}: {said}); pass the target of the same sample(s), "
+            f"{tuple(target.shape)} ({_in_one_line(error)}); pass the target of the same sample(s), "
             "batch first"
         ) from error
+
+
+def _in_one_line(error: Exception) -> str:
+    """``"Kind: the message's first line"``."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def sample_output(model: nn.Module, sample: torch.Tensor) -> Any:
@@ -239,9 +243,8 @@ def sample_output(model: nn.Module, sample: torch.Tensor) -> Any:
         with torch.no_grad():
             output = model(sample)
     except Exception as error:  # whatever the user's forward raises on it
-        said = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ValueError(
-            f"sample= of shape {shape} does not go through the model ({type(error).__name__}: {said}); pass "
+            f"sample= of shape {shape} does not go through the model ({_in_one_line(error)}); pass "
             "a batch of what the model takes, batch first: one sample is enough (x[:1] of your data)"
         ) from error
     if (
