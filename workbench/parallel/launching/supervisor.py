@@ -255,9 +255,7 @@ class Supervisor:
             message += "\nthen " + "\n".join(f"rank {rank}: {line}" for rank, line in later)
         message += f"\nall {self.spec.world_size} workers were stopped; launch again when fixed"
         summary, report = message, self.reports.get(first)
-        if report is not None and report[2].startswith(
-            "Traceback"
-        ):  # frames of the user's, not only its line
+        if report is not None and report[2].startswith("Traceback"):  # frames to show, not only a line
             message += f"\n\nrank {first} traceback:\n{with_source_files(report[2], self.spec.fn)}"
         return WorkerFailed(message, first, summary)
 
