@@ -32,7 +32,8 @@ _POLL_S = 0.05
 _TERMINATE_GRACE_S = 3.0
 _COLLECT_ERRORS_S = 1.0  # after a failure, how long to wait for the other ranks' reports
 # Errors a rank raises because *another* rank went away; they are consequences, not causes.
-_CONSEQUENCES = ("Connection closed by peer", "Connection reset by peer", "DistBackendError", "Broken pipe")
+_LOST_PEER = ("Connection closed by peer", "Connection reset by peer")  # gloo's words for another rank's end
+_CONSEQUENCES = (*_LOST_PEER, "DistBackendError", "Broken pipe")
 # Errors of a rank that waited in a collective for one that never came (the one that never came is the cause)
 _WAITED = ("Timed out", "timed out", "Timeout", "timeout")
 _STACK_WAIT_S = 0.5
@@ -284,8 +285,8 @@ class Supervisor:
         code = self.processes[rank].exitcode or 0
         report = self.reports.get(rank)
         if report is not None:  # what it raised, even if it then died of a signal on the way out
-            lost = next((m for m in _CONSEQUENCES[:2] if m in report[1]), None)
-            if lost is not None:  # gloo's words for another rank's end (a paragraph that ends "GLHF!")
+            lost = next((m for m in _LOST_PEER if m in report[1]), None)
+            if lost is not None:  # gloo's paragraph (it ends "GLHF!") in one line
                 return f"{report[0]}: lost the connection to another rank (gloo: {lost})"
             return f"{report[0]}: {report[1]}"
         if code < 0:
