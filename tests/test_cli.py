@@ -1,7 +1,9 @@
 import json
+import re
 import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,8 @@ def test_doctor_prints_the_table_and_exits_zero():
     lines = done.stdout.splitlines()
     assert lines[0].split() == ["section", "item", "value"] and set(lines[1]) <= {"-", " "}
     assert "numba backend" in done.stdout and "cpu" in done.stdout
+    installed = re.escape(version("gpu-training-workbench"))  # not "not installed" (the index's `workbench`)
+    assert re.search(rf"^\s*workbench\s+{installed}\s*$", done.stdout, flags=re.M), done.stdout
 
 
 def test_doctor_json_is_parseable():
