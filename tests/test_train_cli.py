@@ -25,6 +25,8 @@ def test_digits_mlp_reaches_95_percent_test_accuracy(tmp_path, capsys):
     assert accuracy >= 0.95
     assert "finished: 460 steps, 20 epochs" in out and "checkpoint" in out
     assert "finished at step 460" in err  # the tqdm fallback writes to stderr
+    # stderr is a file here (`2> train.log`, a batch job's output): lines, no carriage returns
+    assert "\r" not in err and "epoch 19 val: loss" in err and "| 460/460 [" in err, err[-2000:]
     assert read_metrics(tmp_path / "d", kind="fit_end")[0]["test"]["accuracy"] == pytest.approx(
         accuracy, abs=1e-5
     )

@@ -141,7 +141,8 @@ def test_a_blocking_launch_shows_rank_0s_progress_unless_quiet(capsys, tmp_path,
     out = shown.out.split("\n", 1)[1]  # after the "launch: 2 processes ..." line
     assert f"{steps}/{steps}" in out and "loss=" in out  # the bar reached the end, with the loss
     assert f"finished at step {steps}" in out and shown.err == ""  # stdout: a notebook paints stderr red
-    assert out.count("\n") == 2, out  # one line that updates (\r), the evaluations in it, then the status
+    # capsys is no terminal: the bar's last line (no \r redraws in a log), the evaluations in it, the status
+    assert out.count("\n") == 2 and "\r" not in out, out
     launch(_train, 2, args=(config,), verbose=False)
     assert capsys.readouterr() == ("", "")
     launch(_train, 2, args=(config,), verbose=False, progress=True)
