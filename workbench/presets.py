@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -101,7 +102,9 @@ def build_experiment(name: str, **changes: Any) -> Experiment:
     Seeds torch with the config's seed before building the model, so the same changes give the same model.
     """
     if name not in PRESETS:
-        raise ValueError(f"preset={name!r} is not known; allowed values: {', '.join(map(repr, PRESETS))}")
+        close = difflib.get_close_matches(str(name), PRESETS, n=1, cutoff=0.5)
+        guess = f"; did you mean {close[0]!r}? allowed" if close else "; allowed"
+        raise ValueError(f"preset={name!r} is not known{guess} values: {', '.join(map(repr, PRESETS))}")
     preset = PRESETS[name]
     config_changes, optimizer_changes, data_options = {}, {}, dict(preset.dataset_options)
     for key, value in changes.items():

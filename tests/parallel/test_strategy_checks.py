@@ -96,7 +96,8 @@ def test_default_plans_split_attention_feed_forward_and_mlp_pairs():
             {"head": "colwise"},
             transformer,
             {},
-            r"'head' \(colwise\) has 37 output features, which do not divide",
+            r"'head' \(colwise, Linear 32→37\) has 37 output features, which do not divide among 2 ranks; no "
+            r"count of 2 to 16 ranks does, or leave 'head' out of the plan",
         ),
         (
             None,
@@ -111,6 +112,14 @@ def test_default_plans_split_attention_feed_forward_and_mlp_pairs():
 def test_tensor_parallel_refuses(plan, model, config, match):
     with pytest.raises(ValueError, match=match):
         TensorParallel(plan).validate(model(), TrainConfig(**config), world_size=2)
+
+
+def test_a_layer_that_does_not_split_names_the_rank_counts_that_would():
+    model = models.transformer_lm(37, 8, d_model=48, n_heads=3)
+    with pytest.raises(ValueError, match=r"\(rowwise, Linear 192→48\) has 192 input features, which do not "):
+        TensorParallel({"block0.mlp.fc2": "rowwise"}).validate(model, TrainConfig(), world_size=5)
+    with pytest.raises(ValueError, match=r"among 5 ranks; split it over 2 or 3 or 4 or 6 ranks, or leave"):
+        TensorParallel({"block0.mlp.fc2": "rowwise"}).validate(model, TrainConfig(), world_size=5)
 
 
 def test_tensor_plan_styles_are_checked_without_a_model_and_must_be_a_mapping():

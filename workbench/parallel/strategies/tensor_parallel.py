@@ -85,11 +85,7 @@ class TensorParallel(ShardedStrategy):
                 )
             size = layer.out_features if style == "colwise" else layer.in_features
             if size % world_size:
-                features = "output" if style == "colwise" else "input"
-                raise ValueError(
-                    f"{name!r} ({style}) has {size} {features} features, which do not divide among "
-                    f"{world_size} ranks"
-                )
+                raise ValueError(_does_not_split(name, style, layer, world_size))
         for name, module in modules.items():
             heads = _heads(module)
             if heads is not None and plan.get(f"{name}.q") == "colwise" and heads % world_size:
@@ -185,6 +181,18 @@ def _first(names: list[str], shown: int = 8) -> str:
         return "none"
     more = f", … ({len(names)} in all)" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
+
+
+def _does_not_split(name: str, style: str, layer: nn.Linear, world_size: int) -> str:
+    """Why `layer` cannot split `style`-wise among `world_size` ranks, and the rank counts that would."""
+    size, features = (layer.out_features, "output") if style == "colwise" else (layer.in_features, "input")
+    counts = [str(ranks) for ranks in range(2, 17) if size % ranks == 0][:4]
+    fix = f"split it over {' or '.join(counts)} ranks" if counts else "no count of 2 to 16 ranks does"
+    return (
+        f"{name!r} ({style}, Linear {layer.in_features}→{layer.out_features}) has {size} {features} "
+        f"features, which do not divide among {world_size} ranks; {fix}, or leave {name!r} out of the plan "
+        "(TensorParallel(plan={...}))"
+    )
 
 
 def _check_style(name: str, style: object) -> None:
