@@ -1,5 +1,6 @@
 import itertools
 import math
+import warnings
 
 import pytest
 import torch
@@ -40,3 +41,27 @@ def test_warmup_rises_linearly_then_hands_over():
 def test_unknown_schedule_raises():
     with pytest.raises(ValueError, match="schedule='step'"):
         lr_factor("step", 3, 10)
+
+
+def test_a_trainer_whose_warmup_outlasts_the_fit_warns_once_with_the_fix():
+    from torch.utils.data import TensorDataset
+
+    from workbench.train import TrainConfig, Trainer
+
+    data = TensorDataset(torch.randn(64, 3), torch.randn(64, 1))  # 4 steps of 16 an epoch
+
+    def trainer(warmup_steps):
+        optimizer = OptimizerConfig("sgd", lr=0.1, schedule="cosine", warmup_steps=warmup_steps)
+        config = TrainConfig(epochs=2, batch_size=16, optimizer=optimizer)
+        return Trainer(torch.nn.Linear(3, 1), torch.nn.functional.mse_loss, data, config, progress=False)
+
+    with pytest.warns(UserWarning) as caught:
+        trainer(8)
+    assert [str(w.message) for w in caught] == [
+        "warmup_steps=8 is as long as the fit's 8 optimizer steps: the lr ends at 0.089, never lr=0.1; lower "
+        "warmup_steps (1 is 10% of the steps) or train for more epochs"
+    ]
+    assert caught[0].filename == __file__  # pointed at the user's line, not the Trainer's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer(7).fit()

@@ -48,7 +48,13 @@ from workbench.train.log_window import LogWindow
 from workbench.train.loss_check import NonFiniteLossError, check_finite
 from workbench.train.metrics_log import MetricsLog
 from workbench.train.objective import Objective, StepFn
-from workbench.train.optim import OptimizerFactory, build_optimizer, lr_factor, optimizer_step
+from workbench.train.optim import (
+    OptimizerFactory,
+    build_optimizer,
+    lr_factor,
+    optimizer_step,
+    warn_if_warmup_outlasts,
+)
 from workbench.train.precision import resolve_precision
 from workbench.train.profiling import ProfileResult
 from workbench.train.progress import fit_progress_shown
@@ -199,6 +205,8 @@ class Trainer:
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
         self.steps_per_epoch, self.total_steps = count_steps(self._loaders, self.config)
+        if self.strategy.is_main:
+            warn_if_warmup_outlasts(self.config.optimizer, self.total_steps)
         # Where the loop stands (steps, epochs, micro-batches of this epoch used): what a checkpoint holds
         self.step = self.epoch = self._position = 0
         self.settings = Settings.of(self.config)  # the lr and clipping in force

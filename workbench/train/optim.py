@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -81,6 +82,30 @@ def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0)
     raise ValueError(
         f"schedule={schedule!r} is not supported; allowed values: 'constant', 'cosine', 'linear'"
     )
+
+
+def warn_if_warmup_outlasts(config: OptimizerConfig, total_steps: int | None) -> None:
+    """Warn when the warm-up is as long as the fit (`total_steps`, None when unknown): the lr never reaches
+    ``config.lr``, and a decaying schedule never starts.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_if_warmup_outlasts(OptimizerConfig("adam", lr=1e-3, warmup_steps=500), 46)
+        >>> str(caught[0].message).split(";")[0]
+        "warmup_steps=500 is as long as the fit's 46 optimizer steps: the lr ends at 9.2e-05, never lr=0.001"
+    """
+    if total_steps is None or config.warmup_steps < total_steps:
+        return
+    reached = config.lr * lr_factor(config.schedule, total_steps - 1, total_steps, config.warmup_steps)
+    tenth = max(total_steps // 10, 1)
+    message = (
+        f"warmup_steps={config.warmup_steps} is as long as the fit's {total_steps} optimizer steps: the lr "
+        f"ends at {reached:.2g}, never lr={config.lr:g}; lower warmup_steps ({tenth} is 10% of the steps) "
+        "or train for more epochs"
+    )
+    warnings.warn(message, UserWarning, stacklevel=3)
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, scaler: Any, lr: float) -> None:
