@@ -16,7 +16,9 @@ def _no_gpu(monkeypatch):
 def test_main_without_a_gpu_prints_why_and_succeeds(monkeypatch, capsys):
     _no_gpu(monkeypatch)
     assert main([]) == 0
-    assert capsys.readouterr().out.strip() == "no CUDA GPU: torch.cuda.is_available() is False (test)"
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == ["no CUDA GPU: torch.cuda.is_available() is False (test)", bench.NO_GPU_OPTIONS]
+    assert "--static" in printed[1] and "--host" in printed[1]  # what runs here instead
     assert main(["--full", "--repeats", "2"]) == 0
 
 

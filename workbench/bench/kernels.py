@@ -111,6 +111,12 @@ def _count(n: int) -> str:
     return f"{n / MILLION:g}M" if n >= MILLION else f"{n:,}"
 
 
+NO_GPU_OPTIONS = (
+    "without a GPU: --static compiles the kernels for the A100 and H100 and predicts their times; --host "
+    "times an optimizer step's host side; notebook 01 shows what was measured on an H100 and an H200"
+)
+
+
 @dataclass(frozen=True)
 class KernelBenchmark:
     """Results of :func:`benchmark_kernels`; ``reason`` says why nothing ran (no CUDA GPU), else None."""
@@ -439,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     if result.reason is None:
         mode = "quick" if result.quick else "full"
         print(f"GPU: {result.gpu}; {mode} run, median of {args.repeats}, {result.seconds:.1f} s")
+    else:
+        print(NO_GPU_OPTIONS)
     return 0
 
 
