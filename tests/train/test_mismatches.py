@@ -49,6 +49,15 @@ CASES = [
      r"targets hold class -1: class indices run from 0 to 9"),
     (lambda: _fit(data=(DATA, TensorDataset(X, Y + 3))), ValueError,  # in evaluation too
      r"targets hold class 12, but the model outputs 10 class scores"),
+    (lambda: _fit(data=TensorDataset(X, Y[:, None])), ValueError,
+     r"targets have shape \(16, 1\), a column of class indices, but the loss takes one index per sample, "
+     r"shape \(16,\), for outputs \(16, 10\): y.squeeze\(1\) \(e.g. TensorDataset\(x, y.squeeze\(1\)\)\)"),
+    (lambda: _fit(data=TensorDataset(X, Y[:, None].float())), ValueError,
+     r"targets of shape \(16, 1\): they broadcast to \(16, 10\).* Make them match \(a column of class "
+     r"indices\? cross_entropy takes them as integers, one per sample: y.squeeze\(1\).long\(\)\)"),
+    (lambda: _fit(data=TensorDataset(X, F.one_hot(Y, 10))), ValueError,
+     r"targets have the outputs' shape \(16, 10\) but are int64: one-hot or multi-label targets must be "
+     r"floats \(y.float\(\)\); or give class indices, one per sample \(y.argmax\(1\)\)"),
     (lambda: _fit(data=TensorDataset(X.double(), Y)), ValueError,
      r"inputs are float64 but the model's parameters are float32: convert the data \(x.to\(torch.float32\)"),
     (lambda: _fit(data=TensorDataset(X.long(), Y)), ValueError,

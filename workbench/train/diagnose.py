@@ -77,9 +77,13 @@ def explain_model_error(model: torch.nn.Module, inputs: Any, error: BaseExceptio
 
 def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str | None:
     """One sentence on why ``loss_fn(outputs, target)`` raised `error`, or None when not recognised."""
-    del error  # the tensors tell the case; torch's wording varies between versions and devices
     if not (isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor)):
         return None
+    about_target = "target" in str(error).lower()  # beyond that, the tensors tell the case (wordings vary)
+    if about_target and outputs.ndim >= 2 and outputs.shape[1] > 1:
+        shape = _target_shape_fix(outputs, target)
+        if shape is not None:
+            return shape
     if (
         target.is_floating_point()
         or outputs.ndim < 2
@@ -103,6 +107,26 @@ def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str |
         f"scores the model outputs), and {IGNORE_INDEX} marks a sample to ignore; map the labels to "
         f"0..{classes - 1}"
     )
+
+
+def _target_shape_fix(outputs: torch.Tensor, target: torch.Tensor) -> str | None:
+    """Class-score `outputs` (batch, classes, ...) against targets in a column (batch, 1, ...), or integer
+    targets shaped like the outputs (one-hot as integers): what to change, else None."""
+    per_sample = (outputs.shape[0], *outputs.shape[2:])
+    if target.ndim == outputs.ndim and target.shape[1] == 1 and target.shape[::2] == outputs.shape[::2]:
+        fix = "y.squeeze(1)" + (".long()" if target.is_floating_point() else "")
+        return (
+            f"the targets have shape {tuple(target.shape)}, a column of class indices, but the loss takes "
+            f"one index per sample, shape {per_sample}, for outputs {tuple(outputs.shape)}: {fix} (e.g. "
+            f"TensorDataset(x, {fix}))"
+        )
+    if target.shape == outputs.shape and not target.is_floating_point():
+        return (
+            f"the targets have the outputs' shape {tuple(target.shape)} but are {_name(target.dtype)}: "
+            "one-hot or multi-label targets must be floats (y.float()); or give class indices, one per "
+            "sample (y.argmax(1))"
+        )
+    return None
 
 
 def raise_explained(error: BaseException, explained: str | None, prefix: str = "") -> NoReturn:

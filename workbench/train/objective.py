@@ -276,6 +276,9 @@ def check_shapes(outputs: Any, target: Any) -> None:
         )
     elif len(tgt) == len(out) + 1 and tgt[-1] == 1 and tgt[:-1] == out:
         fix += f": outputs as {tgt} (a last layer with 1 output) or targets as {out} (y.squeeze(1))"
+    elif len(tgt) == len(out) > 1 and tgt[1] == 1 and tgt[::2] == out[::2]:
+        fix += " (a column of class indices? cross_entropy takes them as integers, one per sample: "
+        fix += "y.squeeze(1).long())"
     else:
         fix += " (class-index targets for cross_entropy must be integers: y.long())"
     raise ValueError(f"loss_fn got outputs of shape {out} and targets of shape {tgt}: {broadcast}. {fix}")
