@@ -344,6 +344,12 @@ def _refusals():
             r"got a tuple of \(ndarray \(240, 6\), ndarray \(240,\)\), read as \(train, val\).*"
             r"TensorDataset\(torch\.as_tensor\(x\), torch\.as_tensor\(y\)\)",
         ),
+        "a pair of tensors as a dict's split": (
+            dict(splits={"train": (x, y), "val": data}),
+            TypeError,
+            r"splits\.train must be a dataset .*; got a tuple of \(Tensor \(240, 6\), Tensor \(240,\)\)\. "
+            r"Arrays of features and targets: wrap them as torch\.utils\.data\.TensorDataset",
+        ),
         "a list of samples as splits": (
             dict(splits=[(x[i], y[i]) for i in range(len(x))]),
             TypeError,

@@ -109,7 +109,7 @@ def as_splits(data: Any, argument: str = "splits") -> Splits:
     for name, part in zip(SPLIT_NAMES, parts, strict=True):
         if part is not None and not _is_dataset(part):
             raise TypeError(
-                f"{argument}.{name} must be a dataset or DataLoader ({ACCEPTED}); got {_kind(part)}"
+                f"{argument}.{name} must be a dataset or DataLoader ({ACCEPTED}); got {_split_kind(part)}"
             )
     if parts[0] is None:
         raise TypeError(f"{argument}.train is None; give a training split ({ACCEPTED})")
@@ -145,6 +145,17 @@ def _features_and_targets(data: tuple | list) -> bool:
         return False
     shapes = [getattr(part, "shape", None) for part in data]
     return all(shapes) and len(shapes[1]) == 1 and shapes[0][0] == shapes[1][0]
+
+
+def _split_kind(part: Any) -> str:
+    """What a split that is not a dataset is, and for arrays of features and targets how to wrap them."""
+    if not (isinstance(part, tuple | list) and part and all(hasattr(array, "shape") for array in part)):
+        return _kind(part)
+    kinds = ", ".join(_kind(array) for array in part)
+    return (
+        f"a {type(part).__name__} of ({kinds}). Arrays of features and targets: wrap them as "
+        "torch.utils.data.TensorDataset(torch.as_tensor(x), torch.as_tensor(y))"
+    )
 
 
 def _kind(value: Any) -> str:
