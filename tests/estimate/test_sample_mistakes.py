@@ -61,3 +61,52 @@ def test_a_model_fake_tensors_cannot_run_is_estimated_by_the_rules_and_says_why(
         ValueError, match=r"tracing a training step on fake tensors failed .* method='analytic'"
     ):
         estimate_memory(_ReadsANumber(), sample=torch.zeros(1, 20), batch_size=8, method="traced")
+
+
+class _DictModel(nn.Module):
+    """Takes its batch as keywords, as the README's model computing its own loss does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Linear(20, 2)
+
+    def forward(self, features: torch.Tensor, labels: torch.Tensor | None = None) -> dict:
+        return {"logits": self.net(features)}
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (
+            lambda: estimate_memory(_mlp(), sample=(torch.zeros(1, 20), torch.tensor([1])), batch_size=32),
+            r"got a tuple of \(Tensor \(1, 20\), Tensor \(1,\)\): an \(input, target\) pair\? pass "
+            r"sample=x\[:1\] \(and target=y\[:1\] with loss_fn=\)",
+        ),
+        (
+            lambda: Estimator(_DictModel(), {"features": torch.zeros(1, 20)}, samples_per_epoch=1000),
+            r"got a dict with keys \['features'\]: a model that takes a dict or several inputs is estimated "
+            r"through a module whose forward takes one tensor",
+        ),
+        (lambda: training_flops(_mlp(), [torch.zeros(1, 20)] * 3), r"got a list of \(Tensor \(1, 20\), "),
+    ],
+)
+def test_a_sample_that_is_not_one_tensor_says_what_it_got_and_what_to_pass(call, said):
+    with pytest.raises(TypeError, match=r"sample= must be one input tensor, batch first \(x\[:1\] of your "):
+        call()
+    with pytest.raises(TypeError, match=said):
+        call()
+
+
+def test_the_wrapper_the_message_suggests_is_estimated():
+    model = _DictModel()
+
+    class OneTensor(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.model(features=x)["logits"]
+
+    estimate = estimate_memory(OneTensor(), sample=torch.zeros(1, 20), batch_size=32)
+    assert estimate.params == 42 * 4 and estimate.basis.startswith("traced")

@@ -157,10 +157,9 @@ def profile_model(model: nn.Module, sample: torch.Tensor) -> ModelProfile:
         >>> profile_model(nn.Linear(10, 1), torch.zeros(4, 10)).activation_elements
         10.0
     """
-    from workbench.estimate.trace import on_model_device, sample_output
+    from workbench.estimate.trace import checked_sample, on_model_device, sample_output
 
-    check_int("sample batch size", sample.shape[0] if sample.dim() else 0, minimum=1)
-    sample = on_model_device(model, sample)
+    sample = on_model_device(model, checked_sample(sample))
     kept: dict[int, tuple[torch.Tensor, bool]] = {}  # storage address -> (tensor, precision-dependent)
     fixed = [0]
     outputs: list[torch.Tensor] = []
@@ -316,16 +315,16 @@ def estimate_memory(
     stages = inner if strategy == "ddp+pp" else devices
     micro = check_int("micro_batches", stages if micro_batches is None else micro_batches, minimum=1)
     check_choice("method", method, METHODS)
+    from workbench.estimate import trace  # at call time, as `_traced` (the class it raises is this module's)
+
     if isinstance(model, nn.Module) and sample is not None:
-        check_int("sample batch size", sample.shape[0] if sample.dim() else 0, minimum=1)
+        trace.checked_sample(sample)
     traceable = isinstance(model, nn.Module) and sample is not None and strategy in ("single", "ddp", "fsdp")
     if method == "traced" and not traceable:
         raise ValueError(
             f"method='traced' needs an nn.Module with sample= and strategy 'single', 'ddp' or 'fsdp' (got "
             f"{type(model).__name__}, strategy={strategy!r}); use method='analytic' or 'auto'"
         )
-    from workbench.estimate import trace  # at call time, as `_traced` (the class it raises is this module's)
-
     untraced = ""  # why "auto" fell back to the rules
     if traceable and method != "analytic":
         try:

@@ -95,9 +95,9 @@ def forward_flops(model: nn.Module, sample: torch.Tensor) -> int:
         >>> forward_flops(nn.Linear(10, 5), torch.zeros(3, 10))
         300
     """
-    from workbench.estimate.trace import on_model_device, sample_output
+    from workbench.estimate.trace import checked_sample, on_model_device, sample_output
 
-    sample = on_model_device(model, sample)
+    sample = on_model_device(model, checked_sample(sample))
     total = [0]
 
     def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:

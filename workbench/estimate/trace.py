@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench._validate import check_int
 from workbench.train.config import OptimizerConfig
 from workbench.train.optim import build_optimizer, plain_tensors
 from workbench.train.precision import autocast_dtype
@@ -157,6 +158,38 @@ def _fake_copy(model: nn.Module, mode: Any) -> nn.Module:
     for buffer in model.buffers():
         memo[id(buffer)] = mode.from_tensor(buffer)
     return copy.deepcopy(model, memo)
+
+
+def checked_sample(sample: Any) -> torch.Tensor:
+    """`sample` if it is one input tensor, batch first, with at least one sample; else the error that says
+    what was given and what to pass.
+
+    Example:
+        >>> checked_sample((torch.zeros(1, 4), torch.tensor([1])))
+        Traceback (most recent call last):
+        ...
+        TypeError: sample= must be one input tensor, batch first (x[:1] of your data); got a tuple of \
+(Tensor (1, 4), Tensor (1,)): an (input, target) pair? pass sample=x[:1] (and target=y[:1] with loss_fn=)
+    """
+    if isinstance(sample, torch.Tensor):
+        check_int("sample batch size", sample.shape[0] if sample.dim() else 0, minimum=1)
+        return sample
+    given = f"got {type(sample).__name__}"
+    if isinstance(sample, dict):
+        given = f"got a dict with keys {list(sample)[:6]}"
+    elif isinstance(sample, tuple | list):
+        given = f"got a {type(sample).__name__} of ({', '.join(_kind(part) for part in sample[:6])})"
+    pair = isinstance(sample, tuple | list) and len(sample) == 2
+    if pair and all(isinstance(part, torch.Tensor) for part in sample):
+        fix = "an (input, target) pair? pass sample=x[:1] (and target=y[:1] with loss_fn=)"
+    else:  # a model of several inputs
+        fix = "a model that takes a dict or several inputs is estimated through a module whose forward takes "
+        fix += "one tensor (forward(self, x): return model(features=x))"
+    raise TypeError(f"sample= must be one input tensor, batch first (x[:1] of your data); {given}: {fix}")
+
+
+def _kind(value: Any) -> str:
+    return f"Tensor {tuple(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
 
 
 def on_model_device(model: nn.Module, sample: torch.Tensor) -> torch.Tensor:
