@@ -24,6 +24,11 @@ def _bench_trainer(args: argparse.Namespace) -> int:
 
     if args.peers:
         return _bench_peers(args)
+    if args.host_work:
+        from workbench.bench.host_work import benchmark_host_work
+
+        print(benchmark_host_work(repeats=args.repeats, device=args.device).table())
+        return 0
     result = benchmark_trainer(repeats=args.repeats, epochs=args.epochs, history=args.history)
     print(f"{result.steps} optimizer steps per run, median of {args.repeats} runs each")
     print(result.table())
@@ -134,8 +139,19 @@ BENCHMARKS: dict[str, Benchmark] = {
                 },
             ),
             (
+                ("--host-work",),
+                {
+                    "action": "store_true",
+                    "help": "instead: the loop's host work per step, on 180 tiny modules (compute ≈ 0)",
+                },
+            ),
+            (
                 ("--device",),
-                {"choices": ("cpu", "cuda"), "default": "cpu", "help": "where --peers trains (cuda: a GPU)"},
+                {
+                    "choices": ("cpu", "cuda"),
+                    "default": "cpu",
+                    "help": "where --peers and --host-work train (cuda: a GPU)",
+                },
             ),
         ],
         _bench_trainer,

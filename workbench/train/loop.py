@@ -344,7 +344,8 @@ class Trainer:
         """Forward/backward over the micro-batches, clip, one optimizer step; the (detached) mean loss, the
         samples and, on a logged step (`check`: the steps since the last logged one), the gradient norm before
         clipping and the loss sum over ranks, checked finite before the optimizer step."""
-        self.model.train()
+        if not (self.model.training and self.strategy.unwrap(self.model).training):
+            self.model.train()  # after an evaluation (2 µs a module: not on every step)
         samples = sum(self.objective.samples(batch) for batch in group)
         clock.mark("other")
         with self.instruments.measuring_memory(self.step + 1, self.model):
