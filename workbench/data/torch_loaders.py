@@ -45,6 +45,7 @@ from torch.utils.data import (
 )
 
 from workbench._validate import check_int
+from workbench.data.batched_tensors import already_batched, batched_tensors
 from workbench.data.loaders import shard_indices, shard_size
 
 
@@ -256,8 +257,10 @@ class TorchLoader:
     def sample_batch(self) -> Any:
         """A batch of one sample of the dataset (for a rank that must join a forward with no data)."""
         dataset = self.loader.dataset
-        sample = next(iter(dataset)) if isinstance(dataset, IterableDataset) else dataset[0]
         collate = self.loader.collate_fn if self.loader.batch_size is not None else default_collate
+        if getattr(dataset, "__getitems__", None) and not isinstance(dataset, IterableDataset):
+            return collate(dataset.__getitems__([0]))  # a batched fetch, as the DataLoader makes it
+        sample = next(iter(dataset)) if isinstance(dataset, IterableDataset) else dataset[0]
         return collate([sample])
 
     def __len__(self) -> int:
@@ -309,6 +312,9 @@ def torch_loader(
         seed=seed,
         remainder="pad" if train else "uneven",
     )
+    fast = batched_tensors(data) if options["collate_fn"] is None else None
+    if fast is not None:  # a TensorDataset's rows: indexed a batch at a time, not fetched one by one
+        data, options = fast, {**options, "collate_fn": already_batched}
     loader = DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **options)
     return TorchLoader(loader, len(loader))
 
