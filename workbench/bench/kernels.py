@@ -393,21 +393,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed samples per measurement (median)")
     parser.add_argument("--full", action="store_true", help="matmul 4096³, 100M-parameter Adam and clipping")
-    parser.add_argument(
-        "--static",
-        action="store_true",
-        help="no GPU needed: compile and predict (registers, occupancy, roofline)",
-    )
+    static_help = "no GPU needed: compile and predict (registers, occupancy, roofline)"
+    parser.add_argument("--static", action="store_true", help=static_help)
     parser.add_argument(
         "--host",
         action="store_true",
         help="no GPU needed: host time of an Adam step, launches stubbed, one launch per group vs per tensor",
     )
-    parser.add_argument(
-        "--launch",
-        action="store_true",
-        help="host µs of one kernel call from torch tensors against a bare numba launch",
-    )
+    launch_help = "host µs of one kernel call from torch tensors against a bare numba launch"
+    parser.add_argument("--launch", action="store_true", help=launch_help)
     args = parser.parse_args(argv)
     timed_on_host = "--launch" if args.launch else "--host" if args.host else None
     if timed_on_host and args.repeats < 1:

@@ -150,8 +150,7 @@ class Trainer:
         Your own torch data (a map-style dataset here) takes the same call:
 
         >>> from torch.utils.data import TensorDataset
-        >>> x = torch.randn(256, 10)
-        >>> data = TensorDataset(x, x.sum(dim=1, keepdim=True))
+        >>> data = TensorDataset(x := torch.randn(256, 10), x.sum(dim=1, keepdim=True))
         >>> Trainer(models.linear(10), torch.nn.functional.mse_loss, data, config).fit().step
         8
     """
@@ -205,8 +204,7 @@ class Trainer:
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
         self.steps_per_epoch, self.total_steps = count_steps(self._loaders, self.config)
-        if self.strategy.is_main:
-            warn_if_warmup_outlasts(self.config.optimizer, self.total_steps)
+        warn_if_warmup_outlasts(self.config.optimizer, self.total_steps, warn=self.strategy.is_main)
         # Where the loop stands (steps, epochs, micro-batches of this epoch used): what a checkpoint holds
         self.step = self.epoch = self._position = 0
         self.settings = Settings.of(self.config)  # the lr and clipping in force
@@ -344,8 +342,7 @@ class Trainer:
         """Forward/backward over the micro-batches, clip, one optimizer step; the (detached) mean loss, the
         samples and, on a logged step (`check`: the steps since the last logged one), the gradient norm before
         clipping and the loss sum over ranks, checked finite before the optimizer step."""
-        if not (self.model.training and self.strategy.unwrap(self.model).training):
-            self.model.train()  # after an evaluation (2 µs a module: not on every step)
+        _train_mode(self.model, self.strategy)
         samples = sum(self.objective.samples(batch) for batch in group)
         clock.mark("other")
         with self.instruments.measuring_memory(self.step + 1, self.model):
@@ -407,3 +404,10 @@ class Trainer:
     def _save(self) -> None:
         where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))
         self.record.save(where, self.model, self.optimizer, self.scaler)
+
+
+def _train_mode(model: torch.nn.Module, strategy: Strategy) -> None:
+    """`model` in train mode where an evaluation (which switches the unwrapped module) or its owner left it
+    in eval mode; not on every step: ``train()`` walks every module, ~2 µs each."""
+    if not (model.training and strategy.unwrap(model).training):
+        model.train()

@@ -84,9 +84,9 @@ def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0)
     )
 
 
-def warn_if_warmup_outlasts(config: OptimizerConfig, total_steps: int | None) -> None:
-    """Warn when the warm-up is as long as the fit (`total_steps`, None when unknown): the lr never reaches
-    ``config.lr``, and a decaying schedule never starts.
+def warn_if_warmup_outlasts(config: OptimizerConfig, total_steps: int | None, *, warn: bool = True) -> None:
+    """Warn (where `warn`: the main rank) when the warm-up is as long as the fit (`total_steps`, None when
+    unknown): the lr never reaches ``config.lr``, and a decaying schedule never starts.
 
     Example:
         >>> import warnings
@@ -96,7 +96,7 @@ def warn_if_warmup_outlasts(config: OptimizerConfig, total_steps: int | None) ->
         >>> str(caught[0].message).split(";")[0]
         "warmup_steps=500 is as long as the fit's 46 optimizer steps: the lr ends at 9.2e-05, never lr=0.001"
     """
-    if total_steps is None or config.warmup_steps < total_steps:
+    if not warn or total_steps is None or config.warmup_steps < total_steps:
         return
     reached = config.lr * lr_factor(config.schedule, total_steps - 1, total_steps, config.warmup_steps)
     tenth = max(total_steps // 10, 1)
