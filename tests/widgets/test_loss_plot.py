@@ -179,10 +179,20 @@ def test_log_plots_a_hand_written_loop_with_tensors_and_named_splits():
         plot.log(-1, loss=1.0)
 
 
-def test_non_finite_losses_are_skipped():
+def test_non_finite_losses_are_skipped_and_the_title_says_so():
     plot = LossPlot()
     _fit(plot, "nan", 6, loss=lambda step: math.nan if step == 3 else float(step))
     assert list(_trace(plot, "nan train").x) == [1, 2, 4, 5, 6]
+    said = "1 value not finite (NaN or inf), not drawn: nan train from step 3"
+    assert plot.figure.layout.title.text == "Loss · " + said  # not silently missing from the curve
+    assert repr(plot).endswith("; " + said + ")")
+    yours = LossPlot()  # in a loop of your own, the history's values too
+    yours.log(1, loss=1.0)
+    yours.plot_history("old", EVENTS)
+    yours.log(2, loss=math.inf, val_loss=math.nan)
+    yours.flush()
+    assert yours.figure.layout.title.text.startswith("Loss · 3 values not finite (NaN or inf), not drawn: ")
+    assert LossPlot().figure.layout.title.text == "Loss"
 
 
 EVENTS = [
@@ -392,4 +402,9 @@ def test_a_plot_drawn_before_it_is_shown_opens_in_the_browser_with_its_curves():
     plot._repr_mimebundle_()
     shown = [trace["meta"] for trace in plot.figure._widget_data]
     assert shown == [trace.meta for trace in plot.figure.data] and "a train" in shown
-    assert plot.figure._widget_layout["title"]["text"] == "Loss"
+    title = plot.figure._widget_layout["title"]["text"]  # the runs' NaN losses (one each) said in it too
+    assert (
+        title
+        == plot.figure.layout.title.text
+        == "Loss · 2 values not finite (NaN or inf), not drawn: a train from step 2"
+    )

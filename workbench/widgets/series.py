@@ -23,7 +23,8 @@ class DownsampledSeries:
     points. A bucket stores its point count and the sums of x and y, so the count-weighted mean of the
     returned y equals the mean of all appended y.
 
-    Points whose x or y is not finite (a NaN loss, say) are dropped and counted in `dropped`; ``len()``
+    Points whose x or y is not finite (a NaN loss, say) are dropped and counted in `dropped` (the first one's
+    x in `first_dropped_x`); ``len()``
     counts the points kept. Not thread-safe: guard concurrent `append` and `points` with a lock.
 
     Args:
@@ -49,6 +50,7 @@ class DownsampledSeries:
         self._open_y = 0.0
         self._length = 0
         self.dropped = 0
+        self.first_dropped_x: float | None = None
 
     def __len__(self) -> int:
         return self._length
@@ -63,6 +65,7 @@ class DownsampledSeries:
         x, y = float(x), float(y)
         if not (math.isfinite(x) and math.isfinite(y)):
             self.dropped += 1
+            self.first_dropped_x = x if self.first_dropped_x is None else self.first_dropped_x
             return
         if self._open_count == 0 and self._closed == self.max_points:
             self._merge()
@@ -81,6 +84,8 @@ class DownsampledSeries:
             raise ValueError(f"xs and ys must have the same length, got {x.size} and {y.size}")
         keep = np.isfinite(x) & np.isfinite(y)
         self.dropped += int(x.size - np.count_nonzero(keep))
+        if self.first_dropped_x is None and not keep.all():
+            self.first_dropped_x = float(x[~keep][0])
         x, y = x[keep], y[keep]
         i = 0
         while i < x.size:
