@@ -333,6 +333,7 @@ def test_a_diverging_run_ends_with_the_reason_not_a_traceback(tmp_path):
     command = _workbench("train", "regression-linear", "--lr", "1000", "--epochs", "2")
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "\r" not in done.stderr  # its progress, written to a pipe: lines, no carriage-return redraws
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("workbench train: error: training loss became inf in steps ")
     assert last.endswith("Try a lower lr (now 1000) or clipping (clip_norm).")

@@ -109,11 +109,27 @@ def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str |
     )
 
 
+def class_column(outputs_shape: tuple[int, ...], target_shape: tuple[int, ...]) -> bool:
+    """Whether targets of `target_shape` are class scores' (batch, classes, ...) indices in a column:
+    (batch, 1, ...), every other dimension the outputs'.
+
+    Example:
+        >>> class_column((16, 10), (16, 1)), class_column((2, 5, 4, 4), (2, 1, 4, 3))
+        (True, False)
+    """
+    if len(target_shape) != len(outputs_shape) or len(outputs_shape) < 2 or outputs_shape[1] == 1:
+        return False
+    return target_shape[1] == 1 and (target_shape[0], *target_shape[2:]) == (
+        outputs_shape[0],
+        *outputs_shape[2:],
+    )
+
+
 def _target_shape_fix(outputs: torch.Tensor, target: torch.Tensor) -> str | None:
     """Class-score `outputs` (batch, classes, ...) against targets in a column (batch, 1, ...), or integer
     targets shaped like the outputs (one-hot as integers): what to change, else None."""
     per_sample = (outputs.shape[0], *outputs.shape[2:])
-    if target.ndim == outputs.ndim and target.shape[1] == 1 and target.shape[::2] == outputs.shape[::2]:
+    if class_column(tuple(outputs.shape), tuple(target.shape)):
         fix = "y.squeeze(1)" + (".long()" if target.is_floating_point() else "")
         return (
             f"the targets have shape {tuple(target.shape)}, a column of class indices, but the loss takes "

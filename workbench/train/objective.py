@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from workbench.data import Dataset, batch_size_of, describe_batch
-from workbench.train.diagnose import explain_loss_error, explain_model_error, raise_explained
+from workbench.train.diagnose import class_column, explain_loss_error, explain_model_error, raise_explained
 from workbench.train.metrics import Accuracy, Metric, MetricError, as_metric, is_classification
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -276,7 +276,7 @@ def check_shapes(outputs: Any, target: Any) -> None:
         )
     elif len(tgt) == len(out) + 1 and tgt[-1] == 1 and tgt[:-1] == out:
         fix += f": outputs as {tgt} (a last layer with 1 output) or targets as {out} (y.squeeze(1))"
-    elif len(tgt) == len(out) > 1 and tgt[1] == 1 and tgt[::2] == out[::2]:
+    elif class_column(out, tgt):
         fix += " (a column of class indices? cross_entropy takes them as integers, one per sample: "
         fix += "y.squeeze(1).long())"
     else:

@@ -128,12 +128,12 @@ class LossPlot(LiveFigure, Callback):
         self._raw_traces: dict[tuple[str, str], Any] = {}  # the faint unsmoothed curve behind a smoothed one
         self._several_runs_drawn = False  # the colour scheme the traces have now
         self._panels_drawn = 0  # metric panels laid out in the figure
-        self._title_drawn = "Loss"  # says how many values were not finite (not drawn)
+        self._not_finite_drawn = ""  # in the title: how many values were not finite (not drawn)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{name}: {count}" for name, count in self.point_counts().items())
-        not_finite = self._title_drawn.partition(" · ")[2]
-        return f"LossPlot({counts or 'no data yet'}{'; ' + not_finite if not_finite else ''})"
+        not_finite = f"; {self._not_finite_drawn}" if self._not_finite_drawn else ""
+        return f"LossPlot({counts or 'no data yet'}{not_finite})"
 
     @property
     def runs(self) -> list[str]:
@@ -308,7 +308,7 @@ class LossPlot(LiveFigure, Callback):
                     if name in self._runs and split in self._runs[name].series
                 ]
                 metric_names = dict(self._metric_names)
-                title = _title(self._runs.values())
+                not_finite = _not_finite(self._runs.values())
             if not curves:
                 return
             panels = sorted(metric_names, key=metric_names.__getitem__)
@@ -337,8 +337,9 @@ class LossPlot(LiveFigure, Callback):
                     else:
                         trace.x, trace.y = x, y
                 self._several_runs_drawn = several
-                if title != self._title_drawn:
-                    self.figure.layout.title.text = self._title_drawn = title
+                if not_finite != self._not_finite_drawn:
+                    self._not_finite_drawn = not_finite
+                    self.figure.layout.title.text = f"Loss · {not_finite}" if not_finite else "Loss"
 
     def _draw_smoothed(
         self,
@@ -399,17 +400,15 @@ class LossPlot(LiveFigure, Callback):
         acknowledge_widget_message(self.awaiting_cell)
 
 
-def _title(runs: Iterable[_Run]) -> str:
-    """ "Loss", and how many logged values were not finite (NaN or inf: not drawn), where the first was."""
+def _not_finite(runs: Iterable[_Run]) -> str:
+    """How many logged values were not finite (NaN or inf: not drawn), and where the first was; "" if none."""
     dropped = [(f"{run.name} {split}", s) for run in runs for split, s in run.series.items() if s.dropped]
     if not dropped:
-        return "Loss"
+        return ""
     total = sum(series.dropped for _, series in dropped)
     curve, first = dropped[0]
-    return (
-        f"Loss · {total} value{'s' * (total > 1)} not finite (NaN or inf), not drawn: {curve} from step "
-        f"{first.first_dropped_x:g}"
-    )
+    where = f"{curve} from step {first.first_dropped_x:g}"
+    return f"{total} value{'s' * (total > 1)} not finite (NaN or inf), not drawn: {where}"
 
 
 def _number(key: str, value: Any) -> float:
