@@ -5,7 +5,13 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from workbench.kernels import NumbaCrossEntropyLoss, NumbaLinear, numba_cross_entropy
+from workbench.kernels import (
+    NumbaCrossEntropyLoss,
+    NumbaLinear,
+    matmul,
+    numba_cross_entropy,
+    softmax_cross_entropy,
+)
 
 
 def _twin(layer: NumbaLinear) -> nn.Linear:
@@ -129,3 +135,50 @@ def test_bad_layers_are_named(make, message):
 def test_input_width_must_match(device):
     with pytest.raises(ValueError, match=r"x has shape \(2, 4\); its last dimension must be 3"):
         NumbaLinear(3, 2).to(device)(torch.ones(2, 4, device=device))
+
+
+@pytest.mark.parametrize(
+    ("transpose_a", "transpose_b"), [(False, False), (False, True), (True, False), (True, True)]
+)
+@pytest.mark.parametrize("method", ["register", "tiled"])
+def test_matmul_on_tensors_that_require_grad_joins_autograd(
+    assert_close, device, method, transpose_a, transpose_b
+):
+    torch.manual_seed(0)
+    a = torch.randn((3, 5) if transpose_a else (5, 3), device=device, requires_grad=True)
+    b = torch.randn((4, 3) if transpose_b else (3, 4), device=device, requires_grad=True)
+    a_twin, b_twin = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    weights = torch.randn(5, 4, device=device)  # a loss whose gradient is not uniform
+    ours = matmul(a, b, method=method, transpose_a=transpose_a, transpose_b=transpose_b)
+    theirs = (a_twin.T if transpose_a else a_twin) @ (b_twin.T if transpose_b else b_twin)
+    assert_close(ours, theirs)
+    (ours * weights).sum().backward()
+    (theirs * weights).sum().backward()
+    assert_close(a.grad, a_twin.grad)
+    assert_close(b.grad, b_twin.grad)
+
+
+def test_matmul_records_a_graph_only_when_one_is_needed(device):
+    w = torch.ones(3, 2, device=device, requires_grad=True)
+    x = torch.ones(4, 3, device=device)
+    y = matmul(x, w)
+    assert y.requires_grad
+    y.sum().backward()  # x needs no gradient: only w's is computed
+    assert x.grad is None and w.grad.tolist() == [[4.0, 4.0]] * 3
+    with torch.no_grad():
+        assert matmul(x, w).grad_fn is None
+    assert matmul(x, w.detach()).grad_fn is None
+
+
+def test_raw_softmax_cross_entropy_loss_backpropagates(assert_close, device):
+    torch.manual_seed(0)
+    logits = torch.randn(6, 5, device=device, requires_grad=True)
+    target = torch.randint(0, 5, (6,), device=device)
+    twin = logits.detach().clone().requires_grad_()
+    loss, lse = softmax_cross_entropy(logits, target)
+    assert not lse.requires_grad
+    loss.backward()
+    functional.cross_entropy(twin, target).backward()
+    assert_close(logits.grad, twin.grad)
+    with torch.no_grad():
+        assert softmax_cross_entropy(logits, target)[0].grad_fn is None

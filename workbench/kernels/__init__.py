@@ -2,8 +2,9 @@
 
 Each kernel has a NumPy spec beside it (``matmul_spec``, ``sum_spec``, ...) that the tests compare against,
 and takes torch tensors (CUDA on a GPU, CPU on numba's simulator), NumPy arrays or numba device arrays.
-`NumbaLinear`, `numba_cross_entropy` and `FusedAdam`/`FusedSGD` put them inside torch autograd and
-torch.optim, so a model trains on them through the `workbench.train.Trainer`.
+`matmul` and `softmax_cross_entropy` on torch tensors that require grad join autograd (their backward runs
+in numba too); `NumbaLinear`, `numba_cross_entropy` and `FusedAdam`/`FusedSGD` put them inside torch
+modules and torch.optim, so a model trains on them through the `workbench.train.Trainer`.
 
 Importing this package imports no numba: names are loaded on first use, and the first kernel call applies
 :func:`workbench.devices.configure_numba` (GPU, or the CPU simulator without a CUDA driver) before importing

@@ -1,4 +1,4 @@
-"""The numba kernels inside torch autograd: a Linear layer and a cross-entropy loss.
+"""The numba kernels inside torch autograd: a Linear layer and a cross-entropy loss as torch modules.
 
     model = nn.Sequential(NumbaLinear(64, 32), nn.ReLU(), NumbaLinear(32, 10))
     loss = numba_cross_entropy(model(x), y)      # or NumbaCrossEntropyLoss()(model(x), y)
@@ -23,7 +23,6 @@ from torch import nn
 
 from workbench._validate import check_choice, check_int
 from workbench.kernels import softmax_xent
-from workbench.kernels._numba import INDEX_DTYPES, as_buffer
 from workbench.kernels.gemm import METHODS, matmul
 
 
@@ -97,23 +96,6 @@ class NumbaLinear(nn.Module):
         )
 
 
-class _CrossEntropyFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor):
-        logits = logits.contiguous()
-        loss, lse = softmax_xent.softmax_cross_entropy(logits, target.contiguous())
-        ctx.save_for_backward(logits, target.contiguous(), lse)
-        return loss
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor):
-        logits, target, lse = ctx.saved_tensors
-        x, t = as_buffer(logits, "logits"), as_buffer(target, "target", dtypes=INDEX_DTYPES)
-        g = as_buffer(grad_out.reshape(1).contiguous(), "grad_out")  # read on the device: no sync
-        dlogits = softmax_xent.backward(x, t, as_buffer(lse, "lse"), g)
-        return dlogits, None
-
-
 def numba_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy like ``F.cross_entropy(logits, target)``, forward and backward in numba.
 
@@ -130,7 +112,8 @@ def numba_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Ten
         >>> loss.backward(); logits.grad[0].tolist()
         [-0.375, 0.125, 0.125, 0.125]
     """
-    return _CrossEntropyFunction.apply(logits, target)
+    loss, _ = softmax_xent.CrossEntropyFunction.apply(logits, target)
+    return loss
 
 
 class NumbaCrossEntropyLoss(nn.Module):

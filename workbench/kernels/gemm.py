@@ -27,6 +27,7 @@ from functools import cache, partial
 from typing import Any
 
 import numpy as np
+import torch
 
 from workbench._validate import check_choice, check_int
 from workbench.kernels._numba import as_buffer, bind_cuda, empty, launch, multiprocessors, on_simulator
@@ -82,6 +83,9 @@ def matmul(
 ) -> Any:
     """``op(a) @ op(b)`` in fp32 on the GPU (or numba's simulator), ``op`` transposing where asked.
 
+    On torch tensors that require grad (with grad enabled) the product joins autograd like ``a @ b``: its
+    backward is two more of these matmuls, reading the operands transposed in place.
+
     Args:
         a: (M, K) float32, or (K, M) with ``transpose_a``; a torch tensor, NumPy array or device array.
         b: (K, N) float32, or (N, K) with ``transpose_b``.
@@ -107,6 +111,57 @@ def matmul(
         array([[ 5., 14.],
                [14., 50.]], dtype=float32)
     """
+    options = {"method": method, "block": block, "per_thread": per_thread}
+    if _records_graph(a, b):
+        return _MatmulFunction.apply(a, b, bool(transpose_a), bool(transpose_b), options)
+    return _matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, **options)
+
+
+def _records_graph(a: Any, b: Any) -> bool:
+    """Whether ``a @ b`` would join torch's autograd graph: tensors, one requiring grad, grad enabled."""
+    tensors = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+    return tensors and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
+
+
+class _MatmulFunction(torch.autograd.Function):
+    """``c = op(a) @ op(b)``; backward ``d op(a) = dc @ op(b)ᵀ``, ``d op(b) = op(a)ᵀ @ dc``, each a matmul."""
+
+    @staticmethod
+    def forward(ctx: Any, a: Any, b: Any, transpose_a: bool, transpose_b: bool, options: dict) -> Any:
+        ctx.save_for_backward(a, b)
+        ctx.transposes, ctx.options = (transpose_a, transpose_b), options
+        return _matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, **options)
+
+    @staticmethod
+    def backward(ctx: Any, dc: Any) -> tuple[Any, ...]:
+        a, b = ctx.saved_tensors
+        (ta, tb), options, dc = ctx.transposes, ctx.options, dc.contiguous()  # autograd may hand a view
+        da = db = None
+        if ctx.needs_input_grad[0]:  # a is (M, K): dc @ op(b)ᵀ; a is (K, M): op(b) @ dcᵀ
+            da = (
+                _matmul(b, dc, transpose_a=tb, transpose_b=True, **options)
+                if ta
+                else _matmul(dc, b, transpose_b=not tb, **options)
+            )
+        if ctx.needs_input_grad[1]:  # b is (K, N): op(a)ᵀ @ dc; b is (N, K): dcᵀ @ op(a)
+            db = (
+                _matmul(dc, a, transpose_a=True, transpose_b=ta, **options)
+                if tb
+                else _matmul(a, dc, transpose_a=not ta, **options)
+            )
+        return da, db, None, None, None
+
+
+def _matmul(
+    a: Any,
+    b: Any,
+    *,
+    method: str = "register",
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    block: int | None = None,
+    per_thread: int | None = None,
+) -> Any:
     check_choice("method", method, METHODS)
     chosen_block = block
     block, per_thread = _launch_sizes(method, block, per_thread)

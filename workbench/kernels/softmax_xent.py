@@ -23,6 +23,7 @@ from functools import cache
 from typing import Any
 
 import numpy as np
+import torch
 
 from workbench.kernels._numba import (
     ALL_LANES,
@@ -92,6 +93,8 @@ def softmax_cross_entropy(logits: Any, targets: Any, *, threads: int | None = No
     Returns:
         (loss, lse): the mean loss as a 0-d float32 tensor/array (a 1-element device array for device
         arrays), and the (N,) float32 log Σ exp of each row, which the backward pass takes.
+        On torch logits that require grad (with grad enabled) the loss joins autograd (its backward is
+        `softmax_cross_entropy_backward`), so ``loss.backward()`` fills ``logits.grad``.
 
     Raises:
         ValueError: bad shapes, a target outside [0, C), or a bad `threads`.
@@ -103,6 +106,13 @@ def softmax_cross_entropy(logits: Any, targets: Any, *, threads: int | None = No
         >>> round(float(loss), 4), lse.round(4)
         (0.6691, array([2.2395, 1.0986], dtype=float32))
     """
+    tensors = isinstance(logits, torch.Tensor) and isinstance(targets, torch.Tensor)
+    if tensors and logits.requires_grad and torch.is_grad_enabled():
+        return CrossEntropyFunction.apply(logits, targets, threads)
+    return _forward(logits, targets, threads)
+
+
+def _forward(logits: Any, targets: Any, threads: int | None) -> tuple[Any, Any]:
     x, t = check_operands(logits, targets)
     n, c = x.shape
     threads = _row_threads(c, threads)
@@ -116,6 +126,25 @@ def softmax_cross_entropy(logits: Any, targets: Any, *, threads: int | None = No
     launch(forward, n, threads, x.stream(), x, t, lse, row_loss, inv_n)
     accumulate_into(loss, row_loss, square=False)
     return scalar_result(loss), lse.result()
+
+
+class CrossEntropyFunction(torch.autograd.Function):
+    """(loss, lse) = `softmax_cross_entropy` inside autograd: d loss / d logits by the backward kernel."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, target: torch.Tensor, threads: int | None = None) -> Any:
+        logits, target = logits.contiguous(), target.contiguous()
+        loss, lse = _forward(logits, target, threads)
+        ctx.save_for_backward(logits, target, lse)
+        ctx.mark_non_differentiable(lse)
+        return loss, lse
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor, _grad_lse: Any) -> tuple[Any, None, None]:
+        logits, target, lse = ctx.saved_tensors
+        x, t = as_buffer(logits, "logits"), as_buffer(target, "target", dtypes=INDEX_DTYPES)
+        g = as_buffer(grad_out.reshape(1).contiguous(), "grad_out")  # read on the device: no sync
+        return backward(x, t, as_buffer(lse, "lse"), g), None, None
 
 
 def softmax_cross_entropy_backward(
