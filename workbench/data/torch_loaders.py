@@ -39,6 +39,7 @@ from torch.utils.data import (
     RandomSampler,
     Sampler,
     SequentialSampler,
+    Subset,
     TensorDataset,
     default_collate,
     get_worker_info,
@@ -56,8 +57,8 @@ class LoaderConfig:
     Args:
         num_workers: DataLoader worker processes, ≥ 0 (0: load in the training process); None: chosen by
             device and dataset (`default_workers`: none on CPU, where training uses every core, and none for
-            a ``TensorDataset``, whose samples are already in memory; on CUDA a few per GPU for another
-            map-style dataset, so loading overlaps the GPU's work).
+            a ``TensorDataset`` or ``random_split``'s part of one, whose samples are already in memory; on
+            CUDA a few per GPU for another map-style dataset, so loading overlaps the GPU's work).
         pin_memory: page-locked batches for faster, asynchronous copies to the GPU; None: on when
             training on CUDA.
         persistent_workers: keep workers alive between epochs; None: on when there are workers and the
@@ -112,7 +113,7 @@ class LoaderConfig:
 
     def options(self, device_type: str, *, map_style: bool, in_memory: bool = False) -> dict[str, Any]:
         """DataLoader keyword arguments for training on `device_type` ("cpu" or "cuda"); `in_memory`: the
-        dataset's samples are tensors in memory already (a ``TensorDataset``)."""
+        dataset's samples are tensors in memory already (a ``TensorDataset``, or a ``Subset`` of one)."""
         workers = self.num_workers
         if workers is None:
             gpus = torch.cuda.device_count() if device_type == "cuda" else 0
@@ -160,6 +161,13 @@ def default_workers(
         return 0
     cores = cpu_count if cpu_count is not None else len(os.sched_getaffinity(0))
     return max(0, min(4, cores // max(gpus, 1) - 1))
+
+
+def _in_memory(data: Any) -> bool:
+    """Whether `data` is a TensorDataset, or Subsets of one (``random_split``'s halves): rows in memory."""
+    while isinstance(data, Subset):
+        data = data.dataset
+    return isinstance(data, TensorDataset)
 
 
 class ShardSampler(Sampler[int]):
@@ -296,7 +304,7 @@ def torch_loader(
             return TorchLoader(data, _dataloader_length(data))
         return _rebuilt(data, rank=rank, world_size=world_size, train=train, seed=seed)
     map_style = not isinstance(data, IterableDataset)
-    options = config.options(device_type, map_style=map_style, in_memory=isinstance(data, TensorDataset))
+    options = config.options(device_type, map_style=map_style, in_memory=_in_memory(data))
     drop_last = config.drop_last and train
     if not map_style:
         shard = ShardedIterable(data, rank=rank, world_size=world_size)
