@@ -85,8 +85,12 @@ def test_bad_launch_options_are_named(options, message):
 
 def test_operands_must_be_float32_matrices():
     a = np.ones((2, 2), np.float32)
-    with pytest.raises(TypeError, match="b has dtype float64; allowed dtypes: float32"):
+    with pytest.raises(
+        TypeError, match=r"b has dtype float64; allowed dtypes: float32; pass b.astype\(np.float32\)$"
+    ):
         matmul(a, np.ones((2, 2)))
+    with pytest.raises(TypeError, match=r"a has dtype float64; .*; pass a.to\(torch.float32\)$"):
+        matmul(torch.ones(2, 2, dtype=torch.float64), torch.ones(2, 2))
     with pytest.raises(ValueError, match=r"a must be 2-D, got shape \(4,\)"):
         matmul(np.ones(4, np.float32), a)
 

@@ -318,7 +318,8 @@ def as_buffer(x: Any, name: str, *, dtypes: tuple[str, ...] = FLOAT32, ndim: int
         x = load_cuda().as_cuda_array(x)  # another library's device array (CuPy, JAX): a numba view
     dtype = _dtype_name(x, kind)
     if dtype not in dtypes:
-        raise TypeError(f"{name} has dtype {dtype}; allowed dtypes: {', '.join(dtypes)}")
+        fix = _cast_fix(name, kind, dtypes[-1])
+        raise TypeError(f"{name} has dtype {dtype}; allowed dtypes: {', '.join(dtypes)}; {fix}")
     shape = tuple(x.shape)
     if ndim is not None and len(shape) != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {shape}")
@@ -328,6 +329,15 @@ def as_buffer(x: Any, name: str, *, dtypes: tuple[str, ...] = FLOAT32, ndim: int
     if math.prod(shape) == 0:
         raise ValueError(f"{name} is empty (shape {shape}); kernels need at least one element")
     return Buffer(x, _device_view(x, kind, name), kind)
+
+
+def _cast_fix(name: str, kind: str, dtype: str) -> str:
+    """How to give `name` as `dtype`, in the caller's library (a copy: kernels never cast)."""
+    if kind == "torch":
+        return f"pass {name}.to(torch.{dtype})"
+    if kind == "numpy":
+        return f"pass {name}.astype(np.{dtype})"
+    return f"pass a {dtype} copy of {name}"
 
 
 def _device_view(x: Any, kind: str, name: str) -> Any:
