@@ -8,9 +8,10 @@ interpreter; installing it here rewrites that to the absolute path of the interp
 right environment whatever PATH they have.
 
 The kernel's environment sets ``MALLOC_TOP_PAD_`` (256 MiB): glibc then keeps that much freed memory at
-the top of each heap instead of handing it back to the OS after every step, which is what made torch on
-a second thread (`Dashboard.start`) 1.2-1.3x slower than on the main thread. The cost: the kernel's
-resident memory may stay up to 256 MiB per malloc arena above what it uses. Other C libraries ignore
+the top of each heap instead of handing it back to the OS after every step and page-faulting it back in
+the next (`workbench bench kernel-env` measures it; training on a second thread, `Dashboard.start`, lost
+more to OpenMP's idle threads: `workbench.devices.openmp`). The cost: the kernel's resident memory may
+stay up to 256 MiB per malloc arena above what it uses. Other C libraries ignore
 the variable. ``workbench doctor`` shows whether it is in effect.
 
 Installing into an environment (not ``--user``) also writes JupyterLab's ``overrides.json`` there, so the

@@ -20,8 +20,8 @@ Measured in one process, alternating the variants and taking the median of `repe
 - ``Trainer + Dashboard``: the same with a `Dashboard` attached (loss plot, progress, device sampler at 2 Hz),
   `Dashboard.fit` (training on this thread);
 - ``... in the background``: the same through `Dashboard.start` + `wait`, i.e. training in a second thread
-  as the Start button does. On CPU this adds torch's own cost of running in a non-main thread (glibc
-  per-thread malloc arenas page-fault large blocks back every step), which the table shows separately.
+  as the Start button does (`JobRunner.start` first frees this thread's idle OpenMP team, which would
+  otherwise slow every parallel op of the training thread: `workbench.devices.openmp`).
 
 Also: the dashboard's own work on the training thread per step (its callbacks timed where they run) with
 ``history`` points already in the loss plot, and the device sampler's CPU time as a fraction of one core.

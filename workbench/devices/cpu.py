@@ -55,8 +55,8 @@ def allocator() -> str:
     """The C allocator behind torch's CPU tensors in this process, and the setting that matters here.
 
     A preloaded tcmalloc or jemalloc is named (from this process's memory map); for glibc's malloc,
-    whether ``MALLOC_TOP_PAD_`` is set: the `workbench` kernel sets it so training on a second thread
-    (`Dashboard.start`) runs as fast as on the main one.
+    whether ``MALLOC_TOP_PAD_`` is set: the `workbench` kernel sets it so the large blocks a step frees are
+    kept for the next step instead of being returned to the OS and page-faulted back.
     """
     try:
         with open("/proc/self/maps", encoding="utf-8") as maps:
@@ -71,6 +71,6 @@ def allocator() -> str:
         size = f"{int(pad) / 2**20:g} MiB" if pad.isdigit() else repr(pad)
         return f"glibc malloc, MALLOC_TOP_PAD_={size} (the workbench kernel's setting)"
     return (
-        "glibc malloc, defaults: torch on a second thread runs ~1.2-1.3x slower; "
+        "glibc malloc, defaults: a step's large freed blocks go back to the OS; "
         "the workbench kernel sets MALLOC_TOP_PAD_=268435456"
     )

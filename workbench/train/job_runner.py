@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from workbench.devices import openmp
 from workbench.train.interrupts import TrainingInterrupted, interrupted_line
 from workbench.train.job import Job
 
@@ -59,6 +60,7 @@ class JobRunner:
         """Run the job on a background thread; `resume` as in `Trainer.fit`."""
         self._refuse_if_running()
         self._begin()
+        openmp.release_idle_threads()  # this thread's idle OpenMP team would slow the job's CPU ops 2-4x
         self.thread = threading.Thread(target=self._run, args=(resume,), name="workbench-train", daemon=True)
         self.thread.start()
 

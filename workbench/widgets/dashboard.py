@@ -282,9 +282,8 @@ class Dashboard(Callback):
         """Train on the calling thread with the dashboard attached; blocks, returns or raises.
 
         The progress bar and plots update as usual, but in a notebook the buttons only act while training
-        runs in the background (`start`). On CPU, training on the calling thread is also faster: torch runs
-        slower in a second thread there (glibc gives it its own malloc arena, which returns large blocks to
-        the OS after each step, so the next step page-faults them back).
+        runs in the background (`start`), which runs as fast on CPU: it first frees the calling thread's idle
+        OpenMP team, which made torch 2-4x slower on a second thread (`workbench.devices.openmp`).
         """
         return self.runner.run_here(resume)
 

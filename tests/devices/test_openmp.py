@@ -1,0 +1,58 @@
+"""Training started on a second thread must not share the cores with the calling thread's idle OpenMP team."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from workbench.devices import openmp
+from workbench.train import Trainer
+from workbench.train.job_runner import JobRunner
+
+
+def _os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(openmp.loaded_libgomp() is None, reason="torch's OpenMP runtime here is not libgomp")
+def test_releasing_frees_the_calling_threads_idle_team_and_the_next_op_builds_it_again():
+    counts: dict[str, int] = {}
+
+    def on_a_thread_of_its_own() -> None:  # this thread's team only: pytest's main thread keeps its own
+        torch.set_num_threads(2)  # per thread: the team of this one has a worker whatever the cores
+        x = torch.ones(1_000_000)
+        x.exp()  # a parallel op: libgomp starts this thread's team
+        counts["with team"] = _os_threads()
+        counts["released"] = openmp.release_idle_threads()
+        deadline = time.monotonic() + 10
+        while _os_threads() >= counts["with team"] and time.monotonic() < deadline:
+            time.sleep(0.01)  # the workers leave asynchronously
+        counts["after"] = _os_threads()
+        x.exp()
+        counts["rebuilt"] = _os_threads()
+
+    threads = torch.get_num_threads()
+    try:
+        worker = threading.Thread(target=on_a_thread_of_its_own)
+        worker.start()
+        worker.join()
+    finally:
+        torch.set_num_threads(threads)
+    assert counts["released"] is True
+    assert counts["after"] < counts["with team"]  # its idle worker left
+    assert counts["rebuilt"] > counts["after"]  # and came back with the next parallel op
+
+
+def test_starting_a_job_in_the_background_releases_the_callers_team_first(monkeypatch, regression_splits):
+    calls = []
+    monkeypatch.setattr(openmp, "release_idle_threads", lambda: calls.append(threading.current_thread()))
+    runner = JobRunner(Trainer(torch.nn.Linear(10, 1), torch.nn.functional.mse_loss, regression_splits))
+    runner.start()
+    assert runner.wait().status == "finished"
+    assert calls == [threading.current_thread()]  # on the caller's thread, whose team would sit idle
+    runner.run_here()  # training on this very thread: its team is the one it uses
+    assert len(calls) == 1

@@ -1,0 +1,75 @@
+"""The OpenMP runtime torch's CPU ops run on, and the one thing we ask of it: let go of a thread's idle team.
+
+GNU OpenMP (libgomp, which torch's Linux wheels bundle) keeps a team of worker threads for every thread that
+has run a parallel region, and counts them all. Once they outnumber the cores, every team's workers stop
+spinning between parallel regions and sleep at once, so each small op (a 64×128 matmul, an elementwise op
+over a batch) waits for a futex wake-up. A notebook's main thread keeps the team its earlier cells built;
+training then started on a second thread (`Dashboard.start`) ran 2-4x slower on CPU than on the main
+thread (2 cores, 2026-11-29: `workbench bench trainer`'s "in the background" rows).
+
+`release_idle_threads` frees the calling thread's team (``omp_pause_resource_all(omp_pause_soft)``,
+OpenMP 5.0); its next parallel op builds it again. It touches no other thread's team, and does nothing
+where torch's OpenMP runtime is not libgomp (macOS, Windows: another runtime, which counts differently).
+
+    >>> import torch  # maps torch's OpenMP runtime into the process
+    >>> release_idle_threads()  # Linux, torch's wheel: libgomp let go of this thread's team
+    True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from collections.abc import Callable
+from functools import cache
+
+OMP_PAUSE_SOFT = 1  # omp_pause_resource_t: free the runtime's resources, keep its settings
+_LIBGOMP = re.compile(r"/libgomp[-.\w]*\.so[.\d]*$")
+
+
+def release_idle_threads() -> bool:
+    """Free the calling thread's idle OpenMP worker threads; True if libgomp did, False where it could not
+    be asked (no libgomp loaded, an older one without OpenMP 5.0, or the caller inside a parallel region).
+
+    Call it on a thread that is about to leave the CPU work to another thread (`JobRunner.start`).
+    """
+    pause = _pause_function()
+    return pause is not None and pause(OMP_PAUSE_SOFT) == 0
+
+
+@cache
+def _pause_function() -> Callable[[int], int] | None:
+    path = loaded_libgomp()
+    if path is None:
+        return None
+    try:
+        pause = ctypes.CDLL(path).omp_pause_resource_all  # the mapped copy: dlopen hands back its handle
+    except (OSError, AttributeError):
+        return None
+    pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+    return pause
+
+
+def loaded_libgomp(maps: str | None = None) -> str | None:
+    """The path of the libgomp mapped into this process (torch's copy once torch is imported), or None.
+
+    `maps`: the text of ``/proc/self/maps`` (read here when None; None where there is no /proc).
+
+    Example:
+        >>> loaded_libgomp("7f00-7f01 r-xp 0 08:01 5 /venv/torch/lib/libgomp-a34b3233.so.1\\n")
+        '/venv/torch/lib/libgomp-a34b3233.so.1'
+        >>> loaded_libgomp("7f00-7f01 r-xp 0 08:01 5 /usr/lib/libomp.so\\n") is None
+        True
+    """
+    if maps is None:
+        try:
+            with open(f"/proc/{os.getpid()}/maps", encoding="utf-8") as mapped:
+                maps = mapped.read()
+        except OSError:
+            return None
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and _LIBGOMP.search(fields[5]):
+            return fields[5]
+    return None
