@@ -11,6 +11,7 @@ def test_small_benchmark_measures_every_row():
     assert result.steps == 2  # 230 training samples, batch 128
     timings = (result.hand_written_s, result.trainer_s, result.hand_loader_s, result.trainer_loader_s)
     assert min(*timings, result.dashboard_s, result.background_s, result.logged_s) > 0
+    assert result.second_thread_s > 0 and result.own_thread_s > 0
     assert result.loader_ratio == result.trainer_loader_s / result.hand_loader_s
     assert result.hand_fused_s > 0 and result.loop_ratio == result.trainer_s / result.hand_fused_s
     assert result.untimed_s > 0 and result.breakdown_ratio == result.trainer_s / result.untimed_s
@@ -36,6 +37,8 @@ def test_small_benchmark_measures_every_row():
         "the logs' own work in step and evaluation events",
         "once per fit",
         "Trainer + Dashboard",
+        "Trainer on a second thread (JobRunner.start) / on this one",
+        "on a thread of your own (this thread's OpenMP team kept)",
         "device sampler",
     )
     assert all(row in table for row in rows)

@@ -21,7 +21,10 @@ Measured in one process, alternating the variants and taking the median of `repe
   `Dashboard.fit` (training on this thread);
 - ``... in the background``: the same through `Dashboard.start` + `wait`, i.e. training in a second thread
   as the Start button does (`JobRunner.start` first frees this thread's idle OpenMP team, which would
-  otherwise slow every parallel op of the training thread: `workbench.devices.openmp`).
+  otherwise slow every parallel op of the training thread: `workbench.devices.openmp`);
+- the Trainer alone on a second thread, through `JobRunner.start` and on a ``threading.Thread`` of its own
+  (which leaves this thread's idle OpenMP team as it is: it runs right after `Dashboard.fit` on this
+  thread, as after a notebook's earlier cells).
 
 Also: the dashboard's own work on the training thread per step (its callbacks timed where they run) with
 ``history`` points already in the loss plot, and the device sampler's CPU time as a fraction of one core.
@@ -44,6 +47,7 @@ from workbench.bench.trainer_variants import (
     hand_written,
     hand_written_loader,
     logged_seconds,
+    on_a_second_thread,
     step_clock_seconds,
     timed,
     with_dashboard,
@@ -72,6 +76,8 @@ class TrainerBenchmark:
     logs_events_s: float  # of that, in step and evaluation events (the rest: at the fit's start and end)
     logs_cpu_s: float  # and CPU time of the threads the logs start (beyond the plain Trainer's)
     background_s: float
+    second_thread_s: float  # the Trainer through JobRunner.start: the caller's idle OpenMP team freed first
+    own_thread_s: float  # the Trainer on a threading.Thread of its own: that team left as it is
     dashboard_us_per_step_mean: float
     dashboard_us_per_step_max: float
     history_points: int
@@ -208,6 +214,18 @@ class TrainerBenchmark:
                 "",
             ],
             [
+                "Trainer on a second thread (JobRunner.start) / on this one",
+                f"{self.second_thread_s:.3f} s",
+                self._ratio(self.second_thread_s / self.trainer_s, "second_thread", "trainer"),
+                "",
+            ],
+            [
+                "... on a thread of your own (this thread's OpenMP team kept)",
+                f"{self.own_thread_s:.3f} s",
+                self._ratio(self.own_thread_s / self.trainer_s, "own_thread", "trainer"),
+                "",
+            ],
+            [
                 f"dashboard work per step ({self.history_points:,} points)",
                 f"{self.dashboard_us_per_step_mean:.1f} µs mean, {self.dashboard_us_per_step_max:.0f} µs max",
                 "",
@@ -252,6 +270,8 @@ def benchmark_trainer(
         "logs_cpu": [],
         "dashboard": [],
         "background": [],
+        "second_thread": [],
+        "own_thread": [],
     }
     untimed = config.replace(time_breakdown=False)
     per_step: list[float] = []
@@ -278,7 +298,10 @@ def benchmark_trainer(
         timings["dashboard"].append(seconds)
         per_step.extend(costs)
         sampler_fractions.append(fraction)
+        # after Dashboard.fit on this thread, as after a notebook's earlier cells: its OpenMP team is there
+        timings["own_thread"].append(on_a_second_thread(splits, config, release=False))
         timings["background"].append(with_dashboard(splits, config, history, background=True)[0])
+        timings["second_thread"].append(on_a_second_thread(splits, config, release=True))
     logs.cleanup()
     return TrainerBenchmark(
         steps=steps,
@@ -296,6 +319,8 @@ def benchmark_trainer(
         logs_cpu_s=statistics.median(timings["logs_cpu"]),
         dashboard_s=statistics.median(timings["dashboard"]),
         background_s=statistics.median(timings["background"]),
+        second_thread_s=statistics.median(timings["second_thread"]),
+        own_thread_s=statistics.median(timings["own_thread"]),
         dashboard_us_per_step_mean=1e6 * statistics.fmean(per_step),
         dashboard_us_per_step_max=1e6 * max(per_step),
         history_points=history,

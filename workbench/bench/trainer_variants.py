@@ -5,6 +5,7 @@ with logs or a Dashboard attached, and the step clock's own work."""
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -17,6 +18,7 @@ from workbench.bench.work_clock import WorkClock
 from workbench.data import ShardedLoader, Splits, load_dataset, split_dataset
 from workbench.train import OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Callback, CallbackList, Event
+from workbench.train.job_runner import JobRunner
 from workbench.train.step_time import StepClock
 
 
@@ -53,6 +55,18 @@ def background_dashboard_seconds(epochs: int) -> float:
     """One timed run of the Trainer through `Dashboard.start` + `wait` (training on a second thread)."""
     splits, config = bench_setup(epochs)
     return with_dashboard(splits, config, 0, background=True)[0]
+
+
+def on_a_second_thread(splits: Splits, config: TrainConfig, *, release: bool) -> float:
+    """One timed run of the Trainer (no dashboard) on a second thread: through `JobRunner.start` (`release`:
+    the calling thread's idle OpenMP team freed first, `workbench.devices.openmp`), or on a
+    ``threading.Thread`` of its own, that team left as it is."""
+    trainer = bench_trainer(splits, config)
+    if release:
+        runner = JobRunner(trainer)
+        return timed(lambda: (runner.start(), runner.wait()))
+    thread = threading.Thread(target=trainer.fit)
+    return timed(lambda: (thread.start(), thread.join()))
 
 
 def bench_model() -> torch.nn.Module:
