@@ -20,6 +20,8 @@ from typing import Any
 import psutil
 import torch
 
+from workbench.train.run_files import file_size_limit
+
 _DISK_FULL_SIGNS = ("unexpected pos", "No space left", "file write failed")
 
 
@@ -120,31 +122,6 @@ def remove_stale_temp_files(path: str | os.PathLike) -> list[Path]:
         temporary.unlink(missing_ok=True)
         removed.append(temporary)
     return removed
-
-
-def file_size_limit() -> int | None:
-    """This process's largest file size in bytes (``ulimit -f``), or None when there is no limit."""
-    try:
-        import resource
-    except ImportError:  # not on POSIX
-        return None
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def explain_write_failure(path: Path, error: OSError) -> str:
-    """Why writing `path` failed, in words that name the limit and the fix."""
-    limit = file_size_limit()
-    if error.errno == errno.EFBIG and limit is not None:
-        why = f"it reached this process's file-size limit (ulimit -f: {limit:,} bytes); raise the limit"
-    elif error.errno == errno.ENOSPC:
-        free = shutil.disk_usage(path.parent).free
-        why = f"no space left on the device ({free / 2**20:.1f} MiB free); free some space"
-    elif error.errno == errno.EDQUOT:
-        why = "the disk quota is used up; free some of it"
-    else:
-        why = f"{error.strerror or error}; check the folder"
-    return f"cannot write {path}: {why}, then resume the run (fit(resume=True), or --resume)"
 
 
 def _disk_full(error: BaseException) -> bool:

@@ -14,9 +14,8 @@ import warnings
 from pathlib import Path
 from typing import IO, Any
 
-from workbench.train.checkpoint import explain_write_failure
 from workbench.train.events import Callback, Event
-from workbench.train.run_files import open_run_file
+from workbench.train.run_files import explain_write_failure, open_run_file
 
 METRICS_FILE = "metrics.jsonl"
 _FLUSH_EVERY_S = 1.0

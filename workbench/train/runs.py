@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from workbench.train.metrics_log import METRICS_FILE, read_metrics
-from workbench.train.run_dir import CONFIG_FILE
+from workbench.train.run_files import CONFIG_FILE
 from workbench.train.run_lock import RunInUseError, RunLock
 
 STEP_KEYS = ("step", "epoch", "rank", "time", "event", "memory", "timeline")
