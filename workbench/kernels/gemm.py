@@ -114,7 +114,7 @@ def matmul(
     options = {"method": method, "block": block, "per_thread": per_thread}
     if _records_graph(a, b):
         return _MatmulFunction.apply(a, b, bool(transpose_a), bool(transpose_b), options)
-    return _matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, **options)
+    return _matmul(a, b, (transpose_a, transpose_b), options)
 
 
 def _records_graph(a: Any, b: Any) -> bool:
@@ -130,7 +130,7 @@ class _MatmulFunction(torch.autograd.Function):
     def forward(ctx: Any, a: Any, b: Any, transpose_a: bool, transpose_b: bool, options: dict) -> Any:
         ctx.save_for_backward(a, b)
         ctx.transposes, ctx.options = (transpose_a, transpose_b), options
-        return _matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, **options)
+        return _matmul(a, b, (transpose_a, transpose_b), options)
 
     @staticmethod
     def backward(ctx: Any, dc: Any) -> tuple[Any, ...]:
@@ -138,30 +138,16 @@ class _MatmulFunction(torch.autograd.Function):
         (ta, tb), options, dc = ctx.transposes, ctx.options, dc.contiguous()  # autograd may hand a view
         da = db = None
         if ctx.needs_input_grad[0]:  # a is (M, K): dc @ op(b)ᵀ; a is (K, M): op(b) @ dcᵀ
-            da = (
-                _matmul(b, dc, transpose_a=tb, transpose_b=True, **options)
-                if ta
-                else _matmul(dc, b, transpose_b=not tb, **options)
-            )
+            da = _matmul(b, dc, (tb, True), options) if ta else _matmul(dc, b, (False, not tb), options)
         if ctx.needs_input_grad[1]:  # b is (K, N): op(a)ᵀ @ dc; b is (N, K): dcᵀ @ op(a)
-            db = (
-                _matmul(dc, a, transpose_a=True, transpose_b=ta, **options)
-                if tb
-                else _matmul(a, dc, transpose_a=not ta, **options)
-            )
+            db = _matmul(dc, a, (True, ta), options) if tb else _matmul(a, dc, (not ta, False), options)
         return da, db, None, None, None
 
 
-def _matmul(
-    a: Any,
-    b: Any,
-    *,
-    method: str = "register",
-    transpose_a: bool = False,
-    transpose_b: bool = False,
-    block: int | None = None,
-    per_thread: int | None = None,
-) -> Any:
+def _matmul(a: Any, b: Any, transposes: tuple[bool, bool], options: dict[str, Any]) -> Any:
+    """`matmul` without autograd: `options` holds its method, block and per_thread."""
+    (transpose_a, transpose_b), method = transposes, options["method"]
+    block, per_thread = options["block"], options["per_thread"]
     check_choice("method", method, METHODS)
     chosen_block = block
     block, per_thread = _launch_sizes(method, block, per_thread)
