@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench._one_line import error_in_one_line
 from workbench._validate import check_int
 from workbench.train.config import OptimizerConfig
 from workbench.train.optim import build_optimizer, plain_tensors
@@ -217,7 +218,7 @@ class TraceFailed(Exception):
     without a fake implementation, a shape that depends on the data); `reason` says which, in one line."""
 
     def __init__(self, error: Exception) -> None:
-        self.reason = _FAKE_FAILURES.get(type(error).__name__, _in_one_line(error)[:200])
+        self.reason = _FAKE_FAILURES.get(type(error).__name__, error_in_one_line(error)[:200])
         super().__init__(f"tracing a training step on fake tensors failed ({self.reason})")
 
 
@@ -249,15 +250,9 @@ def check_sample_and_target(
     except Exception as error:  # whatever the user's loss raises on them
         raise ValueError(
             f"loss_fn(output, target) fails on the model's output of sample= and target= of shape "
-            f"{tuple(target.shape)} ({_in_one_line(error)}); pass the target of the same sample(s), "
+            f"{tuple(target.shape)} ({error_in_one_line(error)}); pass the target of the same sample(s), "
             "batch first"
         ) from error
-
-
-def _in_one_line(error: Exception) -> str:
-    """``"Kind: the message's first line"``."""
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def sample_output(model: nn.Module, sample: torch.Tensor) -> Any:
@@ -277,7 +272,7 @@ def sample_output(model: nn.Module, sample: torch.Tensor) -> Any:
             output = model(sample)
     except Exception as error:  # whatever the user's forward raises on it
         raise ValueError(
-            f"sample= of shape {shape} does not go through the model ({_in_one_line(error)}); pass "
+            f"sample= of shape {shape} does not go through the model ({error_in_one_line(error)}); pass "
             "a batch of what the model takes, batch first: one sample is enough (x[:1] of your data)"
         ) from error
     if (

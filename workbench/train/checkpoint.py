@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import torch
 
+from workbench._one_line import error_in_one_line
 from workbench.train.run_files import file_size_limit
 
 _DISK_FULL_SIGNS = ("unexpected pos", "No space left", "file write failed")
@@ -101,9 +102,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 
 def _unreadable(path: Path, error: BaseException) -> ValueError:
-    first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
     return ValueError(
-        f"{path} is not a readable checkpoint ({type(error).__name__}: {first}); it is truncated, corrupt "
+        f"{path} is not a readable checkpoint ({error_in_one_line(error)[:200]}); it is truncated, corrupt "
         "or not a torch file. A save cut short never replaces a good checkpoint, so this file was damaged or "
         "replaced afterwards; resume from another checkpoint or start over"
     )
