@@ -14,26 +14,27 @@ from workbench.train import Trainer
 from workbench.train.job_runner import JobRunner
 
 
-def _os_threads() -> int:
-    return len(os.listdir("/proc/self/task"))
+def _os_threads() -> set[str]:
+    return set(os.listdir("/proc/self/task"))
 
 
 @pytest.mark.skipif(openmp.loaded_libgomp() is None, reason="torch's OpenMP runtime here is not libgomp")
 def test_releasing_frees_the_calling_threads_idle_team_and_the_next_op_builds_it_again():
-    counts: dict[str, int] = {}
+    seen: dict[str, object] = {}
 
     def on_a_thread_of_its_own() -> None:  # this thread's team only: pytest's main thread keeps its own
         torch.set_num_threads(2)  # per thread: the team of this one has a worker whatever the cores
-        x = torch.ones(1_000_000)
-        x.exp()  # a parallel op: libgomp starts this thread's team
-        counts["with team"] = _os_threads()
-        counts["released"] = openmp.release_idle_threads()
+        before = _os_threads()
+        x = torch.ones(1_000_000).exp()  # parallel ops: libgomp starts this thread's team
+        team = _os_threads() - before
+        seen["team"], seen["released"] = team, openmp.release_idle_threads()
         deadline = time.monotonic() + 10
-        while _os_threads() >= counts["with team"] and time.monotonic() < deadline:
+        while team & _os_threads() and time.monotonic() < deadline:
             time.sleep(0.01)  # the workers leave asynchronously
-        counts["after"] = _os_threads()
+        seen["left"] = team - _os_threads()
+        before = _os_threads()
         x.exp()
-        counts["rebuilt"] = _os_threads()
+        seen["rebuilt"] = _os_threads() - before
 
     threads = torch.get_num_threads()
     try:
@@ -42,9 +43,9 @@ def test_releasing_frees_the_calling_threads_idle_team_and_the_next_op_builds_it
         worker.join()
     finally:
         torch.set_num_threads(threads)
-    assert counts["released"] is True
-    assert counts["after"] < counts["with team"]  # its idle worker left
-    assert counts["rebuilt"] > counts["after"]  # and came back with the next parallel op
+    assert seen["team"] and seen["released"] is True
+    assert seen["left"] == seen["team"]  # its idle workers left
+    assert seen["rebuilt"]  # and new ones came with the next parallel op
 
 
 def test_starting_a_job_in_the_background_releases_the_callers_team_first(monkeypatch, regression_splits):
