@@ -191,6 +191,30 @@ def test_resume_true_needs_a_run_name(digits_splits):
         Trainer(_mlp(), functional.cross_entropy, digits_splits).fit(resume=True)
 
 
+def test_fit_again_trains_the_epochs_again_on_the_model_as_it_is(tmp_path, digits_splits):
+    config = TrainConfig(epochs=1, batch_size=256, optimizer=OptimizerConfig("adam", lr=1e-3))
+    trainer = Trainer(_mlp(), functional.cross_entropy, digits_splits, config, progress=False)
+    first = trainer.fit()
+    trained = [p.detach().clone() for p in trainer.model.parameters()]
+    second = trainer.fit()
+    assert second.step == first.step == 6  # steps counted from the start again
+    adam_steps = {float(state["step"]) for state in trainer.optimizer.state.values()}
+    assert adam_steps == {12.0}  # the optimizer's state carried on
+    assert not any(torch.equal(a, b) for a, b in zip(trained, trainer.model.parameters(), strict=True))
+    named = Trainer(
+        _mlp(),
+        functional.cross_entropy,
+        digits_splits,
+        config,
+        run="again",
+        runs_dir=tmp_path,
+        progress=False,
+    )
+    named.fit()
+    with pytest.raises(ValueError, match=r"continue it with fit\(resume=True\)"):
+        named.fit()
+
+
 class Explode(Callback):
     """Makes the next steps produce NaN by poisoning a weight after step `at`."""
 
