@@ -111,12 +111,3 @@ def test_a_dataloader_over_batched_tensors_needs_the_matching_collate():
     batch = next(iter(DataLoader(fast, 4, collate_fn=torch_loaders.already_batched)))
     assert [t.shape for t in batch] == [torch.Size([4, 3]), torch.Size([4])]
     assert repr(fast) == "BatchedTensors(TensorDataset, 50 samples)"
-
-
-@pytest.mark.parametrize("data", [TensorDataset(X, Y), twice_split, Subset(TensorDataset(X, Y), [1, 2])])
-def test_tensors_in_memory_get_no_workers_on_cuda_either(monkeypatch, data):
-    monkeypatch.setattr(torch_loaders.os, "sched_getaffinity", lambda pid: set(range(16)))
-    loader = torch_loaders.torch_loader(data, 8, device_type="cuda")
-    assert loader.loader.num_workers == 0  # workers would only pickle rows that are in memory already
-    other = torch_loaders.torch_loader(list(zip(X, Y, strict=True)), 8, device_type="cuda")
-    assert other.loader.num_workers == 4  # a dataset of another kind: workers load while the GPU computes

@@ -18,7 +18,7 @@ def _os_threads() -> set[str]:
     return set(os.listdir("/proc/self/task"))
 
 
-@pytest.mark.skipif(openmp.loaded_libgomp() is None, reason="torch's OpenMP runtime here is not libgomp")
+@pytest.mark.skipif(not openmp.loaded_libgomps(), reason="torch's OpenMP runtime here is not libgomp")
 def test_releasing_frees_the_calling_threads_idle_team_and_the_next_op_builds_it_again():
     seen: dict[str, object] = {}
 

@@ -278,10 +278,14 @@ def train(strategy, data, folder):
 launch(train, 2, args=(torch.zeros(512, 1024), {str(tmp_path)!r}), verbose=False)  # 2 MiB: shared
 """
     launcher = subprocess.Popen([sys.executable, "-c", script])
+
+    def written_pids() -> list[int]:  # a file may exist before its worker's write lands in it
+        return [int(text) for path in tmp_path.glob("rank*.pid") if (text := path.read_text().strip())]
+
     deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+    while len(written_pids()) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    pids = [int(path.read_text()) for path in tmp_path.glob("rank*.pid")]
+    pids = written_pids()
     folders = glob.glob(f"/dev/shm/workbench-shared-{launcher.pid}-*") + glob.glob(
         f"{tempfile.gettempdir()}/workbench-shared-{launcher.pid}-*"
     )

@@ -487,12 +487,16 @@ def test_loader_defaults_follow_the_device():
 
 def test_a_tensor_dataset_on_cuda_loads_in_the_training_process(monkeypatch):
     """Its samples are in memory: workers would only pickle each batch through shared memory (on an H100 the
-    Trainer ran 2.25× a hand loop with 4 per loader). Another map-style dataset still gets workers."""
+    Trainer ran 2.25× a hand loop with 4 per loader); so are random_split's parts of it (Subsets, nested
+    too). Another map-style dataset still gets workers."""
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     tensors = TensorDataset(torch.zeros(8, 3), torch.zeros(8))
-    assert torch_loader(tensors, 4, device_type="cuda").loader.num_workers == 0
-    assert torch_loader(Subset(tensors, range(8)), 4, device_type="cuda").loader.num_workers == 4
+    parts = random_split(Subset(tensors, range(6)), [4, 2], generator=torch.Generator().manual_seed(0))
+    for in_memory in (tensors, Subset(tensors, range(8)), parts[0]):
+        assert torch_loader(in_memory, 4, device_type="cuda").loader.num_workers == 0
+    other = [(torch.zeros(3), 0.0)] * 8  # a list of samples: map-style, rows built one by one
+    assert torch_loader(other, 4, device_type="cuda").loader.num_workers == 4
 
 
 def test_loader_workers_start_after_the_parent_used_four_torch_threads():

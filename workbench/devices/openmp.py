@@ -5,11 +5,12 @@ has run a parallel region, and counts them all. Once they outnumber the cores, e
 spinning between parallel regions and sleep at once, so each small op (a 64×128 matmul, an elementwise op
 over a batch) waits for a futex wake-up. A notebook's main thread keeps the team its earlier cells built;
 training then started on a second thread (`Dashboard.start`) ran 2-4x slower on CPU than on the main
-thread (2 cores, 2026-11-29: `workbench bench trainer`'s "in the background" rows).
+thread (2 cores, 2026-11-29: `workbench bench trainer`'s second-thread rows).
 
 `release_idle_threads` frees the calling thread's team (``omp_pause_resource_all(omp_pause_soft)``,
-OpenMP 5.0); its next parallel op builds it again. It touches no other thread's team, and does nothing
-where torch's OpenMP runtime is not libgomp (macOS, Windows: another runtime, which counts differently).
+OpenMP 5.0) in every libgomp copy of the process; its next parallel op builds it again. It touches no
+other thread's team, and does nothing where torch's OpenMP runtime is not libgomp (macOS, Windows:
+another runtime, which counts differently).
 
     >>> import torch  # maps torch's OpenMP runtime into the process
     >>> release_idle_threads()  # Linux, torch's wheel: libgomp let go of this thread's team
@@ -29,47 +30,53 @@ _LIBGOMP = re.compile(r"/libgomp[-.\w]*\.so[.\d]*$")
 
 
 def release_idle_threads() -> bool:
-    """Free the calling thread's idle OpenMP worker threads; True if libgomp did, False where it could not
+    """Free the calling thread's idle OpenMP worker threads in every libgomp mapped into this process
+    (torch's, and others such as scikit-learn's own copy); True if at least one did, False where none could
     be asked (no libgomp loaded, an older one without OpenMP 5.0, or the caller inside a parallel region).
 
     Call it on a thread that is about to leave the CPU work to another thread (`JobRunner.start`).
     """
-    pause = _pause_function()
-    return pause is not None and pause(OMP_PAUSE_SOFT) == 0
+    answers = [pause(OMP_PAUSE_SOFT) for pause in _pause_functions(tuple(loaded_libgomps()))]
+    return bool(answers) and all(answer == 0 for answer in answers)
 
 
 @cache
-def _pause_function() -> Callable[[int], int] | None:
-    path = loaded_libgomp()
-    if path is None:
-        return None
-    try:
-        pause = ctypes.CDLL(path).omp_pause_resource_all  # the mapped copy: dlopen hands back its handle
-    except (OSError, AttributeError):
-        return None
-    pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
-    return pause
+def _pause_functions(paths: tuple[str, ...]) -> tuple[Callable[[int], int], ...]:
+    functions = []
+    for path in paths:
+        try:
+            pause = ctypes.CDLL(path).omp_pause_resource_all  # the mapped copy: dlopen hands back its handle
+        except (OSError, AttributeError):
+            continue
+        pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+        functions.append(pause)
+    return tuple(functions)
 
 
-def loaded_libgomp(maps: str | None = None) -> str | None:
-    """The path of the libgomp mapped into this process (torch's copy once torch is imported), or None.
+def loaded_libgomps(maps: str | None = None) -> list[str]:
+    """The paths of the libgomp copies mapped into this process (torch's once torch is imported; a wheel
+    may bring its own, as scikit-learn's does), in the order of the map.
 
-    `maps`: the text of ``/proc/self/maps`` (read here when None; None where there is no /proc).
+    `maps`: the text of ``/proc/self/maps`` (read here when None; none where there is no /proc).
 
     Example:
-        >>> loaded_libgomp("7f00-7f01 r-xp 0 08:01 5 /venv/torch/lib/libgomp-a34b3233.so.1\\n")
-        '/venv/torch/lib/libgomp-a34b3233.so.1'
-        >>> loaded_libgomp("7f00-7f01 r-xp 0 08:01 5 /usr/lib/libomp.so\\n") is None
-        True
+        >>> loaded_libgomps(
+        ...     "7f00-7f01 r-xp 0 08:01 5 /venv/torch/lib/libgomp.so.1\\n"
+        ...     "7f01-7f02 r--p 0 08:01 5 /venv/torch/lib/libgomp.so.1\\n"
+        ...     "7f02-7f03 r-xp 0 08:01 6 /venv/scikit_learn.libs/libgomp-e985bcbb.so.1.0.0\\n"
+        ...     "7f03-7f04 r-xp 0 08:01 7 /usr/lib/libomp.so\\n"
+        ... )
+        ['/venv/torch/lib/libgomp.so.1', '/venv/scikit_learn.libs/libgomp-e985bcbb.so.1.0.0']
     """
     if maps is None:
         try:
             with open(f"/proc/{os.getpid()}/maps", encoding="utf-8") as mapped:
                 maps = mapped.read()
         except OSError:
-            return None
+            return []
+    paths: dict[str, None] = {}
     for line in maps.splitlines():
         fields = line.split(maxsplit=5)
         if len(fields) == 6 and _LIBGOMP.search(fields[5]):
-            return fields[5]
-    return None
+            paths[fields[5]] = None
+    return list(paths)
