@@ -31,8 +31,9 @@ _LIBGOMP = re.compile(r"/libgomp[-.\w]*\.so[.\d]*$")
 
 def release_idle_threads() -> bool:
     """Free the calling thread's idle OpenMP worker threads in every libgomp mapped into this process
-    (torch's, and others such as scikit-learn's own copy); True if at least one did, False where none could
-    be asked (no libgomp loaded, an older one without OpenMP 5.0, or the caller inside a parallel region).
+    (torch's, and others such as scikit-learn's own copy); True if each one asked did, False where none
+    could be asked (no libgomp loaded, or only older ones without OpenMP 5.0) or one refused (the caller is
+    inside a parallel region).
 
     Call it on a thread that is about to leave the CPU work to another thread (`JobRunner.start`).
     """
