@@ -35,7 +35,8 @@ def release_idle_threads() -> bool:
     could be asked (no libgomp loaded, or only older ones without OpenMP 5.0) or one refused (the caller is
     inside a parallel region).
 
-    Call it on a thread that is about to leave the CPU work to another thread (`JobRunner.start`).
+    Call it on a thread that is about to leave the CPU work to another thread (`JobRunner.start`, and the
+    end of each notebook cell while its job runs).
     """
     answers = [pause(OMP_PAUSE_SOFT) for pause in _pause_functions(tuple(loaded_libgomps()))]
     return bool(answers) and all(answer == 0 for answer in answers)
