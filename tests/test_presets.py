@@ -36,6 +36,20 @@ def test_unknown_preset_and_bad_option():
         build_experiment("digits-mlp", image_size=8)  # digits takes no options
 
 
+def test_a_misspelt_change_is_named_with_the_field_it_resembles_not_passed_to_the_dataset():
+    with pytest.raises(ValueError) as refused:
+        build_experiment("text-transformer", epoch=3, n_sample=100)
+    said = str(refused.value)
+    assert said.startswith(
+        "build_experiment('text-transformer') takes no change epoch, n_sample; did you mean"
+    )
+    assert (
+        "epochs=?" in said
+        and "(n_samples, context, seed)" in said
+        and "OptimizerConfig fields (betas, lr" in said
+    )
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_builds_a_model_that_fits_its_data(name):
     e = build_experiment(name, n_samples=64) if name != "digits-mlp" else build_experiment(name)

@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -20,7 +21,7 @@ from torch import nn
 from torch.nn import functional
 
 from workbench import models
-from workbench.data import Dataset, Splits, load_dataset, split_dataset
+from workbench.data import DATASETS, Dataset, Splits, load_dataset, split_dataset
 from workbench.train.config import OptimizerConfig, TrainConfig
 from workbench.train.strategy import LossFn
 
@@ -106,6 +107,7 @@ def build_experiment(name: str, **changes: Any) -> Experiment:
         guess = f"; did you mean {close[0]!r}? allowed" if close else "; allowed"
         raise ValueError(f"preset={name!r} is not known{guess} values: {', '.join(map(repr, PRESETS))}")
     preset = PRESETS[name]
+    _refuse_unknown_changes(name, preset, changes)
     config_changes, optimizer_changes, data_options = {}, {}, dict(preset.dataset_options)
     for key, value in changes.items():
         if key == "optimizer" and isinstance(value, str):
@@ -128,6 +130,27 @@ def build_experiment(name: str, **changes: Any) -> Experiment:
     splits = split_dataset(data, SPLIT_FRACTIONS, seed=config.seed)
     torch.manual_seed(config.seed)
     return Experiment(name, preset.build_model(data), preset.loss_fn, splits, config)
+
+
+def _refuse_unknown_changes(name: str, preset: Preset, changes: dict[str, Any]) -> None:
+    """ValueError naming a change that is no TrainConfig or OptimizerConfig field and no dataset's option (a
+    misspelt ``epoch=3`` would otherwise reach the dataset as an option it lacks)."""
+    options = list(inspect.signature(DATASETS[preset.dataset]).parameters)
+    known = [*_CONFIG_FIELDS, *(_OPTIMIZER_FIELDS - {"name"}), *options]
+    any_dataset = {
+        option for builder in DATASETS.values() for option in inspect.signature(builder).parameters
+    }
+    unknown = [key for key in changes if key not in known]
+    if all(key in any_dataset for key in unknown):  # none, or another dataset's option: load_dataset says so
+        return
+    close = difflib.get_close_matches(unknown[0], known, n=1, cutoff=0.6)
+    guess = f"; did you mean {close[0]}=?" if close else ""
+    raise ValueError(
+        f"build_experiment({name!r}) takes no change {', '.join(unknown)}{guess}; it takes TrainConfig "
+        f"fields ({', '.join(sorted(_CONFIG_FIELDS))}), OptimizerConfig fields "
+        f"({', '.join(sorted(_OPTIMIZER_FIELDS - {'name'}))}) and the options of dataset "
+        f"{preset.dataset!r} ({', '.join(options) or 'none'})"
+    )
 
 
 def _fields_of(config: OptimizerConfig) -> dict[str, Any]:
