@@ -11,7 +11,6 @@ Example:
 from __future__ import annotations
 
 import difflib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -22,6 +21,7 @@ from torch.nn import functional
 
 from workbench import models
 from workbench.data import DATASETS, Dataset, Splits, load_dataset, split_dataset
+from workbench.data.datasets import dataset_options
 from workbench.train.config import OptimizerConfig, TrainConfig
 from workbench.train.strategy import LossFn
 
@@ -135,11 +135,9 @@ def build_experiment(name: str, **changes: Any) -> Experiment:
 def _refuse_unknown_changes(name: str, preset: Preset, changes: dict[str, Any]) -> None:
     """ValueError naming a change that is no TrainConfig or OptimizerConfig field and no dataset's option (a
     misspelt ``epoch=3`` would otherwise reach the dataset as an option it lacks)."""
-    options = list(inspect.signature(DATASETS[preset.dataset]).parameters)
-    known = [*_CONFIG_FIELDS, *(_OPTIMIZER_FIELDS - {"name"}), *options]
-    any_dataset = {
-        option for builder in DATASETS.values() for option in inspect.signature(builder).parameters
-    }
+    options, optimizer_fields = dataset_options(preset.dataset), sorted(_OPTIMIZER_FIELDS - {"name"})
+    known = [*_CONFIG_FIELDS, *optimizer_fields, *options]
+    any_dataset = {option for dataset in DATASETS for option in dataset_options(dataset)}
     unknown = [key for key in changes if key not in known]
     if all(key in any_dataset for key in unknown):  # none, or another dataset's option: load_dataset says so
         return
@@ -148,8 +146,8 @@ def _refuse_unknown_changes(name: str, preset: Preset, changes: dict[str, Any]) 
     raise ValueError(
         f"build_experiment({name!r}) takes no change {', '.join(unknown)}{guess}; it takes TrainConfig "
         f"fields ({', '.join(sorted(_CONFIG_FIELDS))}), OptimizerConfig fields "
-        f"({', '.join(sorted(_OPTIMIZER_FIELDS - {'name'}))}) and the options of dataset "
-        f"{preset.dataset!r} ({', '.join(options) or 'none'})"
+        f"({', '.join(optimizer_fields)}) and the options of dataset {preset.dataset!r} "
+        f"({', '.join(options) or 'none'})"
     )
 
 

@@ -200,12 +200,21 @@ def load_dataset(name: str, **options: object) -> Dataset:
         Dataset('text', 2048 samples, features (32,) int64, 37 classes)
     """
     check_choice("name", name, DATASETS)
-    builder = DATASETS[name]
-    allowed = list(inspect.signature(builder).parameters)
+    allowed = dataset_options(name)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ValueError(
             f"dataset {name!r} takes no option {', '.join(unknown)}; "
             f"allowed options: {', '.join(allowed) if allowed else 'none'}"
         )
-    return builder(**options)
+    return DATASETS[name](**options)
+
+
+def dataset_options(name: str) -> list[str]:
+    """The keyword options the dataset registered as `name` takes, in its builder's order.
+
+    Example:
+        >>> dataset_options("text"), dataset_options("digits")
+        (['n_samples', 'context', 'seed'], [])
+    """
+    return list(inspect.signature(DATASETS[name]).parameters)
