@@ -12,6 +12,7 @@ such as the `Dashboard` only draws and forwards its buttons; it asks a runner to
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -64,16 +65,9 @@ class JobRunner:
         openmp.release_idle_threads()  # this thread's idle OpenMP team would slow the job's CPU ops 2-4x
         self.thread = threading.Thread(target=self._run, args=(resume,), name="workbench-train", daemon=True)
         self.thread.start()
-        after_each_cell(self._release_cell_threads)  # Run All goes on with the next cells meanwhile
-
-    def _release_cell_threads(self) -> bool:
-        """After a notebook cell that ran while the job runs: free the OpenMP team the cell's torch ops
-        built on the kernel's thread, as `start` did (else the job's CPU ops stay ~2x slower once the cell
-        ended, 2 cores, 2026-11-29); False once the job has ended (no longer called)."""
-        if not self.running:
-            return False
-        openmp.release_idle_threads()
-        return True
+        # Run All goes on with the next cells meanwhile; the hook is this run's (a Start button pressed
+        # again, with no cell between, adds one for its own thread while this one's lies idle)
+        after_each_cell(functools.partial(_release_cell_threads, self.thread))
 
     def run_here(self, resume: bool = False) -> Any:
         """Run the job on the calling thread; return its result or raise its error."""
@@ -161,3 +155,13 @@ class JobRunner:
             what, after = self.job.describe().split(" (", 1)[0], line.split("; ", 1)[1]
             line = f"terminated {what}: no step boundary within {self.grace_s:g} s of the interrupt; {after}"
         raise TrainingInterrupted.of(self.job, line, self.result if saved else None) from None
+
+
+def _release_cell_threads(job_thread: threading.Thread) -> bool:
+    """After a notebook cell that ran while `job_thread` trains: free the OpenMP team the cell's torch ops
+    built on the kernel's thread, as `JobRunner.start` did (else the job's CPU ops stay ~2x slower once the
+    cell ended, 2 cores, 2026-11-29); False once that thread has ended (no longer called)."""
+    if not job_thread.is_alive():
+        return False
+    openmp.release_idle_threads()
+    return True
