@@ -16,6 +16,25 @@ def test_list_shows_every_preset(capsys):
     assert all(name in out for name in ("digits-mlp", "regression-linear", "images-cnn"))
 
 
+def test_the_list_and_a_misspelt_preset_answer_without_importing_torch():
+    """A person's first commands: the list, then a typo; each once took ~3.5 s to import torch first."""
+    said = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH], capture_output=True, text=True, timeout=60, check=True
+    )
+    outcomes = [line for line in said.stdout.splitlines() if line.startswith("exit ")]
+    assert outcomes == ["exit 0, torch False", "exit 2, torch False"], said.stdout + said.stderr
+    assert "preset='digit-mlp' is not known; did you mean 'digits-mlp'?" in said.stderr
+
+
+_WITHOUT_TORCH = """
+import sys
+from workbench.cli import main
+for argv in (["train", "--list"], ["train", "digit-mlp", "--epochs", "1"]):
+    code = main(argv)
+    print(f"exit {code}, torch {'torch' in sys.modules}", flush=True)
+"""
+
+
 def test_digits_mlp_reaches_95_percent_test_accuracy(tmp_path, capsys):
     assert main(["train", "digits-mlp", "--run", "d", "--runs-dir", str(tmp_path)]) == 0
     out, err = capsys.readouterr()

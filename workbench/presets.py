@@ -22,6 +22,7 @@ from torch.nn import functional
 from workbench import models
 from workbench.data import DATASETS, Dataset, Splits, load_dataset, split_dataset
 from workbench.data.datasets import dataset_options
+from workbench.preset_catalog import PRESET_DESCRIPTIONS, check_preset
 from workbench.train.config import OptimizerConfig, TrainConfig
 from workbench.train.strategy import LossFn
 
@@ -53,35 +54,35 @@ class Experiment:
 
 PRESETS: dict[str, Preset] = {
     "digits-mlp": Preset(
-        "MLP (64-128-128-10) on the 8×8 digits, Adam",
+        PRESET_DESCRIPTIONS["digits-mlp"],
         "digits",
         lambda data: models.mlp(data.features[0].numel(), data.num_classes, hidden=(128, 128)),
         functional.cross_entropy,
         TrainConfig(epochs=20, batch_size=64, optimizer=OptimizerConfig("adam", lr=3e-3)),
     ),
     "regression-linear": Preset(
-        "linear regression on y = X·w + b + 0.1·ε (1M × 10), SGD with momentum",
+        PRESET_DESCRIPTIONS["regression-linear"],
         "regression",
         lambda data: models.linear(data.features.shape[1]),
         functional.mse_loss,
         TrainConfig(epochs=1, batch_size=1024, optimizer=OptimizerConfig("sgd", lr=0.05, momentum=0.9)),
     ),
     "images-cnn": Preset(
-        "small CNN on 10k synthetic 3×32×32 images, 10 classes, AdamW",
+        PRESET_DESCRIPTIONS["images-cnn"],
         "synthetic_images",
         lambda data: models.small_cnn(data.features.shape[1], data.num_classes),
         functional.cross_entropy,
         TrainConfig(epochs=2, batch_size=128, optimizer=OptimizerConfig("adamw", lr=3e-3)),
     ),
     "images-cnn-head": Preset(
-        "small CNN with a 64-wide MLP head (tensor-parallel friendly) on the synthetic images, AdamW",
+        PRESET_DESCRIPTIONS["images-cnn-head"],
         "synthetic_images",
         lambda data: models.small_cnn(data.features.shape[1], data.num_classes, hidden=64),
         functional.cross_entropy,
         TrainConfig(epochs=2, batch_size=128, optimizer=OptimizerConfig("adamw", lr=3e-3)),
     ),
     "text-transformer": Preset(
-        "character GPT (d_model 64, 4 heads, 2 blocks) on 2,048 × 32 characters of grammar text, AdamW",
+        PRESET_DESCRIPTIONS["text-transformer"],
         "text",
         lambda data: models.transformer_lm(
             data.num_classes, data.features.shape[1], d_model=64, n_heads=4, n_layers=2
@@ -91,6 +92,7 @@ PRESETS: dict[str, Preset] = {
         {"n_samples": 2048, "context": 32},
     ),
 }
+assert list(PRESETS) == list(PRESET_DESCRIPTIONS), "a preset is built here and described in preset_catalog"
 
 _CONFIG_FIELDS = {f.name for f in fields(TrainConfig)}
 _OPTIMIZER_FIELDS = {f.name for f in fields(OptimizerConfig)}
@@ -102,11 +104,7 @@ def build_experiment(name: str, **changes: Any) -> Experiment:
 
     Seeds torch with the config's seed before building the model, so the same changes give the same model.
     """
-    if name not in PRESETS:
-        close = difflib.get_close_matches(str(name), PRESETS, n=1, cutoff=0.5)
-        guess = f"; did you mean {close[0]!r}? allowed" if close else "; allowed"
-        raise ValueError(f"preset={name!r} is not known{guess} values: {', '.join(map(repr, PRESETS))}")
-    preset = PRESETS[name]
+    preset = PRESETS[check_preset(name)]
     _refuse_unknown_changes(name, preset, changes)
     config_changes, optimizer_changes, data_options = {}, {}, dict(preset.dataset_options)
     for key, value in changes.items():

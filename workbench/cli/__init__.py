@@ -6,7 +6,7 @@ workbench gpu-check               on a GPU machine: the GPU tests and benchmarks
 workbench kernel install          install the `workbench` Jupyter kernelspec for this interpreter
 workbench tutorials [DIR]         copy the tutorial notebooks into DIR (./workbench-tutorials) to open them
 workbench train digits-mlp        train a preset with a progress bar and print the final metrics
-workbench train --list            the presets (digits-mlp, regression-linear, images-cnn)
+workbench train --list            the presets (digits-mlp, regression-linear, images-cnn, …)
 workbench train digits-mlp --strategy ddp --nproc-per-node 2      data parallel on 2 local processes
 workbench train text-transformer --strategy pipeline --microbatches 4   (also fsdp, tensor)
 workbench train digits-mlp --strategy ddp --nnodes 2 --master-addr HOST   print the torchrun command
