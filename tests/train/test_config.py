@@ -53,6 +53,30 @@ def test_unknown_optimizer_lists_the_allowed_ones():
         OptimizerConfig("lion")
 
 
+@pytest.mark.parametrize(
+    ("build", "said"),
+    [
+        (lambda: TrainConfig(lr=0.1), "TrainConfig() takes no argument lr: lr is in OptimizerConfig; "
+         "write optimizer=OptimizerConfig(lr=0.1)"),
+        (lambda: TrainConfig(learning_rate=0.1), "learning_rate is OptimizerConfig's lr; "
+         "write optimizer=OptimizerConfig(lr=0.1)"),
+        (lambda: TrainConfig(num_workers=4), "write loader=LoaderConfig(num_workers=4)"),
+        (lambda: TrainConfig(grad_accumulation=3), "grad_accumulation; did you mean accumulate=?; it takes "
+         "epochs, batch_size,"),
+        (lambda: TrainConfig(max_epochs=3), "TrainConfig() takes no argument max_epochs; write epochs=3"),
+        (lambda: TrainConfig().replace(epoch=3), "epoch; did you mean epochs=?"),
+        (lambda: TrainConfig().replace(optimizer={"lrr": 1.0}), "OptimizerConfig() takes no argument lrr; "
+         "did you mean lr=?"),
+        (lambda: OptimizerConfig("sgd", epochs=3), "epochs is in TrainConfig; write TrainConfig(epochs=3, "),
+    ],
+)  # fmt: skip
+def test_an_argument_the_config_lacks_is_said_with_where_it_lives_or_what_was_meant(build, said):
+    """Python's own "got an unexpected keyword argument 'lr'" left the user to find OptimizerConfig."""
+    with pytest.raises(TypeError) as refused:
+        build()
+    assert said in str(refused.value)
+
+
 def test_config_round_trips_through_a_dict():
     config = TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4, betas=(0.8, 0.99)), seed=4)
     assert TrainConfig.from_dict(config.to_dict()) == config
