@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 def check_choice(field: str, value: object, allowed: Iterable[object]) -> None:
@@ -37,3 +41,45 @@ def check_positive(field: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"{field} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def naming_unknown_arguments(
+    kind: type, elsewhere: Mapping[str, type] | None = None, aliases: Mapping[str, str] | None = None
+) -> None:
+    """Make dataclass `kind`'s ``__init__`` refuse a keyword it lacks with a TypeError that says what was
+    meant instead of Python's "unexpected keyword argument": the field an alias names (`aliases`, e.g. a
+    peer library's ``learning_rate`` for ``lr``), the config that holds it (`elsewhere` maps the field that
+    holds another config to that config's class; "" for a config that holds `kind`), or the closest field."""
+    init = kind.__init__
+    fields = {field.name for field in dataclasses.fields(kind)}
+
+    @functools.wraps(init)
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
+        unknown = [name for name in kwargs if name not in fields]
+        if unknown:
+            name = unknown[0]
+            raise TypeError(_unknown_argument(kind, name, kwargs[name], elsewhere or {}, aliases or {}))
+        init(self, *args, **kwargs)
+
+    kind.__init__ = __init__  # type: ignore[misc]
+
+
+def _unknown_argument(
+    kind: type, name: str, value: object, elsewhere: Mapping[str, type], aliases: Mapping[str, str]
+) -> str:
+    said = f"{kind.__name__}() takes no argument {name}"
+    meant = aliases.get(name, name)
+    fields = [field.name for field in dataclasses.fields(kind)]
+    if meant in fields:
+        return f"{said}; write {meant}={value!r}"
+    for holder, other in elsewhere.items():
+        if meant in {field.name for field in dataclasses.fields(other)}:
+            lives = (
+                f"{name} is {other.__name__}'s {meant}" if meant != name else f"{name} is in {other.__name__}"
+            )
+            if holder:
+                return f"{said}: {lives}; write {holder}={other.__name__}({meant}={value!r})"
+            return f"{said}: {lives}; write {other.__name__}({meant}={value!r}, ...)"
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+    guess = f"; did you mean {close[0]}=?" if close else ""
+    return f"{said}{guess}; it takes {', '.join(fields)}"

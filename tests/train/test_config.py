@@ -1,5 +1,6 @@
 import pytest
 
+from workbench.data import LoaderConfig
 from workbench.train import OptimizerConfig, TrainConfig
 
 
@@ -68,6 +69,7 @@ def test_unknown_optimizer_lists_the_allowed_ones():
         (lambda: TrainConfig().replace(optimizer={"lrr": 1.0}), "OptimizerConfig() takes no argument lrr; "
          "did you mean lr=?"),
         (lambda: OptimizerConfig("sgd", epochs=3), "epochs is in TrainConfig; write TrainConfig(epochs=3, "),
+        (lambda: LoaderConfig(workers=4), "LoaderConfig() takes no argument workers; write num_workers=4"),
     ],
 )  # fmt: skip
 def test_an_argument_the_config_lacks_is_said_with_where_it_lives_or_what_was_meant(build, said):

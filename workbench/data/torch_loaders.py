@@ -45,7 +45,7 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from workbench._validate import check_int
+from workbench._validate import check_int, naming_unknown_arguments
 from workbench.data.batched_tensors import already_batched, batched_tensors
 from workbench.data.loaders import shard_indices, shard_size
 
@@ -136,6 +136,10 @@ class LoaderConfig:
         collate = fields["collate_fn"]
         fields["collate_fn"] = None if collate is None else _qualified_name(collate)
         return fields
+
+
+# DataLoader's own names for two of them
+naming_unknown_arguments(LoaderConfig, aliases={"pin": "pin_memory", "workers": "num_workers"})
 
 
 def default_workers(

@@ -9,13 +9,11 @@ lives (``TrainConfig(lr=0.1)``: in OptimizerConfig) or what was meant (``learnin
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench._validate import check_choice, check_int
+from workbench._validate import check_choice, check_int, naming_unknown_arguments
 from workbench.data import LoaderConfig
 from workbench.train.choices import COMPILE_MODES, DEVICES, OPTIMIZERS, PRECISIONS, SCHEDULES
 
@@ -213,40 +211,6 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _naming_unknown_arguments(kind: type, elsewhere: dict[str, type]) -> None:
-    """Make `kind`'s ``__init__`` refuse a keyword it lacks with a TypeError that says where that setting
-    lives (``TrainConfig(lr=0.1)``: an OptimizerConfig field) or which field was meant, instead of Python's
-    "unexpected keyword argument". `elsewhere` maps the field a config holds another kind in to that kind."""
-    init = kind.__init__
-
-    @functools.wraps(init)
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        unknown = [name for name in kwargs if name not in _fields(kind)]
-        if unknown:
-            raise TypeError(_unknown_argument(kind, unknown[0], kwargs[unknown[0]], elsewhere))
-        init(self, *args, **kwargs)
-
-    kind.__init__ = __init__  # type: ignore[misc]
-
-
-def _unknown_argument(kind: type, name: str, value: object, elsewhere: dict[str, type]) -> str:
-    said = f"{kind.__name__}() takes no argument {name}"
-    meant = PEERS_NAMES.get(name, name)
-    if meant in _fields(kind):
-        return f"{said}; write {meant}={value!r}"
-    for holder, other in elsewhere.items():
-        if meant in _fields(other):
-            field_of = (
-                f"{name} is {other.__name__}'s {meant}" if meant != name else f"{name} is in {other.__name__}"
-            )
-            if holder:
-                return f"{said}: {field_of}; write {holder}={other.__name__}({meant}={value!r})"
-            return f"{said}: {field_of}; write {other.__name__}({meant}={value!r}, ...)"
-    close = difflib.get_close_matches(name, sorted(_fields(kind)), n=1, cutoff=0.6)
-    guess = f"; did you mean {close[0]}=?" if close else ""
-    return f"{said}{guess}; it takes {', '.join(f.name for f in dataclasses.fields(kind))}"
-
-
 # What Hugging Face's TrainingArguments, Lightning's Trainer and common scripts call our fields
 PEERS_NAMES = {
     "learning_rate": "lr",
@@ -260,10 +224,8 @@ PEERS_NAMES = {
     "gradient_clip_val": "clip_norm",
     "mixed_precision": "precision",
 }
-
-
-_naming_unknown_arguments(TrainConfig, {"optimizer": OptimizerConfig, "loader": LoaderConfig})
-_naming_unknown_arguments(OptimizerConfig, {"": TrainConfig})
+naming_unknown_arguments(TrainConfig, {"optimizer": OptimizerConfig, "loader": LoaderConfig}, PEERS_NAMES)
+naming_unknown_arguments(OptimizerConfig, {"": TrainConfig}, PEERS_NAMES)
 
 
 def check_lr(lr: object) -> None:
