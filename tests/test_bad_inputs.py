@@ -28,6 +28,12 @@ def _widget(name, **options):
     return getattr(widgets, name)(**options)
 
 
+def _cluster(**options):
+    from workbench.estimate import Cluster
+
+    return Cluster(**options)
+
+
 def _trainer(**options):
     data = split_dataset(load_dataset("regression", n_samples=64), (0.5, 0.5, 0.0), seed=0)
     arguments = {"model": torch.nn.Linear(10, 1), "loss_fn": torch.nn.functional.mse_loss, "splits": data}
@@ -136,6 +142,13 @@ API = [
         r"LossPlot.log: loss must be a number .*'abc'",
     ),
     (lambda: _widget("LossPlot").log(1, val_f1=[1, 2]), ValueError, r"val_f1 must be a number .*\[1, 2\]"),
+    # an argument a config lacks: what it is called here (Python said "unexpected keyword argument")
+    (lambda: _cluster(gpus=8), TypeError, r"Cluster\(\) takes no argument gpus; write devices=8"),
+    (
+        lambda: LoaderConfig(workers=2),
+        TypeError,
+        r"LoaderConfig\(\) takes no argument workers; write num_workers=2",
+    ),
 ]
 
 

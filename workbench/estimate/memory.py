@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench._validate import check_choice, check_int, check_nonnegative
+from workbench._validate import check_choice, check_int, check_nonnegative, naming_unknown_arguments
 from workbench.parallel.strategies.registry import COMPOSED, DEFAULT_TP, STRATEGIES
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -74,6 +74,11 @@ class Cluster:
         check_int("cluster.devices", self.devices, minimum=1)
         if self.memory_bytes is not None:
             check_int("cluster.memory_bytes", self.memory_bytes, minimum=1)
+
+
+naming_unknown_arguments(
+    Cluster, aliases={"gpus": "devices", "num_gpus": "devices", "memory": "memory_bytes"}
+)
 
 
 @dataclass(frozen=True)
