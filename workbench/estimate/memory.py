@@ -16,8 +16,7 @@ matrix (``tests/estimate/test_peak_matrix.py``) holds both bases against it.
 Example:
     >>> from workbench import models
     >>> model = models.mlp(64, 10, hidden=(128, 128))
-    >>> rules = estimate_memory(model, sample=torch.zeros(1, 64), batch_size=64, optimizer="adam",
-    ...                         method="analytic")
+    >>> rules = estimate_memory(model, sample=torch.zeros(1, 64), batch_size=64, method="analytic")  # Adam
     >>> rules.params == 26_122 * 4, rules.optimizer_state == 2 * 26_122 * 4, rules.describe()
     (True, True, '±85%, analytic')
     >>> traced = estimate_memory(model, sample=torch.zeros(1, 64), batch_size=64, optimizer="adam")
@@ -76,9 +75,7 @@ class Cluster:
             check_int("cluster.memory_bytes", self.memory_bytes, minimum=1)
 
 
-naming_unknown_arguments(
-    Cluster, aliases={"gpus": "devices", "num_gpus": "devices", "memory": "memory_bytes"}
-)
+naming_unknown_arguments(Cluster, aliases={"gpus": "devices", "num_gpus": "devices"})
 
 
 @dataclass(frozen=True)
