@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import IterableDataset, TensorDataset
 
-from workbench.train import OptimizerConfig, TrainConfig, Trainer
+from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer
 from workbench.train.metrics import F1
 
 X = torch.randn(64, 10, generator=torch.Generator().manual_seed(0))
@@ -25,6 +25,23 @@ def _fit(model=None, data=DATA, config=CONFIG, **options):
     return Trainer(
         model if model is not None else nn.Linear(10, 10), F.cross_entropy, data, config, **options
     ).fit()
+
+
+def _train(model, loss_fn, data=DATA, **options):
+    return Trainer(model, loss_fn, data, CONFIG, **options).fit()
+
+
+class _Pair(nn.Linear):  # returns (logits, a scalar), as models with an auxiliary output do
+    def forward(self, x):
+        return super().forward(x), x.sum()
+
+
+class _Logits(nn.Linear):  # a dict of outputs, as Hugging Face models return
+    def forward(self, x):
+        return {"logits": super().forward(x)}
+
+
+BINARY = TensorDataset(X, Y % 2)
 
 
 class _Nothing(IterableDataset):
@@ -67,6 +84,40 @@ CASES = [
      r"first Conv1d takes 3 input channels, but the inputs have 2 \(inputs \(16, 2, 8\), channels first"),
     (lambda: _fit(nn.Sequential(nn.Linear(10, 10), nn.BatchNorm1d(10)), data=TensorDataset(X[:17], Y[:17])),
      ValueError, r"BatchNorm layer got a batch of 1 sample while training .* LoaderConfig\(drop_last=True\)"),
+    # a loss that does not take what the model returns or the data holds
+    (lambda: _train(_Pair(10, 10), F.cross_entropy), ValueError,
+     r"the model returned a tuple \(\(16, 10\), \(\)\), and loss_fn\(outputs, target\) got all of it as its "
+     r"outputs: pick the tensor .*, loss_fn=lambda outputs, y: your_loss\(outputs\[0\], y\)"),
+    (lambda: _train(_Logits(10, 10), F.cross_entropy), ValueError,
+     r"the model returned a dict \{'logits': \(16, 10\)\}, .* your_loss\(outputs\['logits'\], y\)"),
+    (lambda: _fit(data=TensorDataset(X, Y.int())), ValueError,
+     r"the integer targets \(16,\) int32 are class indices, which cross_entropy takes as int64: y.long\(\)"),
+    (lambda: _train(nn.Linear(10, 10), F.mse_loss), ValueError,
+     r"loss_fn got outputs \(16, 10\) and integer targets \(16,\) int64, one class index per sample as "
+     r"cross_entropy takes them, but this loss compares .*: give one-hot float targets \(16, 10\), "
+     r"F.one_hot\(y, 10\).float\(\); or use F.cross_entropy"),
+    (lambda: _train(nn.Linear(10, 1), F.binary_cross_entropy_with_logits, BINARY), ValueError,
+     r"one output per sample \(16, 1\) and integer targets \(16,\) int64; .* y.float\(\).unsqueeze\(1\)"),
+    (lambda: _train(nn.Linear(10, 1), nn.MSELoss(), BINARY), ValueError,  # trained on a (16, 16) loss before
+     r"one output per sample \(16, 1\) and integer targets \(16,\) int64; .* y.float\(\).unsqueeze\(1\)"),
+    (lambda: _train(nn.Linear(10, 1), lambda out, y: F.l1_loss(out, y), TensorDataset(X, Y.float())),
+     ValueError, r"outputs of shape \(16, 1\) and targets of shape \(16,\): they broadcast to \(16, 16\)"),
+    # a class where an instance belongs
+    (lambda: _train(nn.Linear, F.cross_entropy), TypeError,
+     r"^model is the class Linear; build the model first: Linear\(\.\.\.\)$"),
+    (lambda: _train(nn.Linear(10, 10), nn.CrossEntropyLoss), TypeError,
+     r"^loss_fn is the class CrossEntropyLoss; give an instance, loss_fn=CrossEntropyLoss\(\)"),
+    (lambda: _fit(metrics={"f1": F1}, data=(DATA, DATA)), TypeError,
+     r"^metrics\['f1'\] is the class F1; give an instance, e.g. F1\(\.\.\.\)$"),
+    (lambda: _fit(callbacks=[Callback]), TypeError,
+     r"^callbacks\[0\] is the class Callback; give an instance: Callback\(\)$"),
+    (lambda: TrainConfig(optimizer="adam"), ValueError,
+     r"^optimizer must be an OptimizerConfig, got str 'adam': write optimizer=OptimizerConfig\('adam'\)$"),
+    (lambda: TrainConfig(optimizer=torch.optim.Adagrad), ValueError,
+     r"got the class Adagrad: OptimizerConfig names one of sgd, adam, adamw .*; for torch.optim.Adagrad, "
+     r"give the Trainer optimizer_factory=lambda params, cfg: torch.optim.Adagrad\(params, lr=cfg.lr\)$"),
+    (lambda: TrainConfig(optimizer=torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)), ValueError,
+     r"got SGD: .* optimizer_factory=lambda params, cfg: torch.optim.SGD\(params, lr=cfg.lr\)$"),
     # the model and its optimizer
     (lambda: _fit(nn.Identity()), ValueError,
      r"the model \(Identity\) has no parameters, so there is nothing to train"),
@@ -111,6 +162,15 @@ def test_the_original_error_stays_attached_and_unrecognised_errors_pass_untouche
 
     with pytest.raises(RuntimeError, match=r"^my own bug$"):
         _fit(Broken(10, 10))
+
+
+def test_a_loss_of_yours_that_reshapes_the_outputs_itself_trains():
+    """Outputs (B, 1) against targets (B,) were refused for any loss_fn, also one that squeezes them."""
+    data = TensorDataset(X, X[:, 0])
+    result = _train(nn.Linear(10, 1), lambda out, y: F.mse_loss(out.squeeze(1), y), data)
+    assert result.status == "finished"
+    with pytest.raises(ValueError, match=r"they broadcast to \(16, 16\)"):  # F.mse_loss itself: refused
+        _train(nn.Linear(10, 1), F.mse_loss, data)
 
 
 def test_a_model_that_starts_with_an_embedding_keeps_its_integer_inputs():

@@ -139,7 +139,7 @@ class TrainConfig:
         check_int("epochs", self.epochs, minimum=1)
         check_int("batch_size", self.batch_size, minimum=1, maximum=MAX_BATCH_SIZE)
         if not isinstance(self.optimizer, OptimizerConfig):
-            raise ValueError(f"optimizer must be an OptimizerConfig, got {type(self.optimizer).__name__}")
+            raise ValueError(_optimizer_fix(self.optimizer))
         check_choice("precision", self.precision, PRECISIONS)
         _check_number("clip_norm", self.clip_norm, at_least=0)
         _check_number("clip_value", self.clip_value, at_least=0)
@@ -235,6 +235,23 @@ def check_lr(lr: object) -> None:
 
 def _fields(kind: type) -> set[str]:
     return {f.name for f in dataclasses.fields(kind)}
+
+
+def _optimizer_fix(optimizer: object) -> str:
+    """Why `optimizer` is not an OptimizerConfig, and what to write instead."""
+    got = f"the class {optimizer.__name__}" if isinstance(optimizer, type) else type(optimizer).__name__
+    said = f"optimizer must be an OptimizerConfig, got {got}"
+    if isinstance(optimizer, str):
+        said += f" {optimizer!r}"
+        if optimizer.lower() in OPTIMIZERS:
+            return f"{said}: write optimizer=OptimizerConfig({optimizer.lower()!r})"
+    name = optimizer.__name__ if isinstance(optimizer, type) else type(optimizer).__name__
+    mine = f"torch.optim.{name}" if getattr(optimizer, "__module__", "").startswith("torch.optim") else ""
+    return (
+        f"{said}: OptimizerConfig names one of {', '.join(OPTIMIZERS)} (e.g. OptimizerConfig('adam', "
+        f"lr=1e-3)); for {mine or 'another optimizer'}, give the Trainer optimizer_factory=lambda params, "
+        f"cfg: {mine or 'torch.optim.RMSprop'}(params, lr=cfg.lr)"
+    )
 
 
 def _check_profile_steps(steps: object) -> None:

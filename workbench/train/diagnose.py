@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 import torch
 
+BROADCAST_WARNING = "Using a target size"  # torch's words when mse_loss, l1_loss, ... broadcast the target
 IGNORE_INDEX = -100  # cross_entropy's and nll_loss's default: a target that counts for nothing
 
 
@@ -77,6 +78,8 @@ def explain_model_error(model: torch.nn.Module, inputs: Any, error: BaseExceptio
 
 def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str | None:
     """One sentence on why ``loss_fn(outputs, target)`` raised `error`, or None when not recognised."""
+    if not isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor):
+        return _outputs_fix(outputs)
     if not (isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor)):
         return None
     about_target = "target" in str(error).lower()  # beyond that, the tensors tell the case (wordings vary)
@@ -92,9 +95,11 @@ def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str |
     ):
         return None
     classes = outputs.shape[1]
+    if classes == 1 and (fix := _class_index_fix(outputs, target, str(error))) is not None:
+        return fix  # one output per sample: a loss such as BCE, not class scores
     bad = target[(target >= classes) | ((target < 0) & (target != IGNORE_INDEX))]
     if not bad.numel():
-        return None
+        return _class_index_fix(outputs, target, str(error))
     largest, smallest = int(bad.max()), int(bad.min())
     if largest >= classes:
         fix = f"give the last layer {largest + 1} outputs (nn.Linear(..., {largest + 1})), or map the labels"
@@ -143,6 +148,97 @@ def _target_shape_fix(outputs: torch.Tensor, target: torch.Tensor) -> str | None
             "sample (y.argmax(1))"
         )
     return None
+
+
+def _outputs_fix(outputs: Any) -> str | None:
+    """The model returned a tuple, dict or object where ``loss_fn`` takes a tensor: which part to pick."""
+    if isinstance(outputs, dict | tuple | list):
+        parts = outputs.items() if isinstance(outputs, dict) else enumerate(outputs)
+        tensors = {key: part for key, part in parts if isinstance(part, torch.Tensor) and part.ndim >= 1}
+        if not tensors:
+            return None
+        key = "logits" if "logits" in tensors else next(iter(tensors))
+        what = "dict" if isinstance(outputs, dict) else type(outputs).__name__
+        shown, pick = f"{what} {_shapes(outputs)}", f"[{key!r}]"
+    elif isinstance(getattr(outputs, "logits", None), torch.Tensor):
+        shown, pick = f"{type(outputs).__name__} with .logits {tuple(outputs.logits.shape)}", ".logits"
+    else:
+        return None
+    return (
+        f"the model returned a {shown}, and loss_fn(outputs, target) got all of it as its outputs: pick the "
+        f"tensor to compare with the targets, loss_fn=lambda outputs, y: your_loss(outputs{pick}, y), or "
+        "have the model return that tensor alone"
+    )
+
+
+def _shapes(outputs: dict | tuple | list) -> str:
+    """``{'logits': (16, 2)}`` or ``((16, 2), ())``: the shapes of the parts, for messages."""
+    if isinstance(outputs, dict):
+        return "{" + ", ".join(f"{key!r}: {_shape(part)}" for key, part in outputs.items()) + "}"
+    return "(" + ", ".join(_shape(part) for part in outputs) + ")"
+
+
+def _shape(part: Any) -> str:
+    return str(tuple(part.shape)) if isinstance(part, torch.Tensor) else type(part).__name__
+
+
+def _class_index_fix(outputs: torch.Tensor, target: torch.Tensor, message: str) -> str | None:
+    """Valid class indices the loss refused: of the wrong integer type for cross_entropy, or given to a loss
+    that compares outputs with targets of their own shape (mse_loss, l1_loss, BCE)."""
+    per_sample = (outputs.shape[0], *outputs.shape[2:])
+    if tuple(target.shape) != per_sample:
+        return None
+    indices = f"integer targets {tuple(target.shape)} {_name(target.dtype)}"
+    if "dtype" in message and target.dtype not in (torch.int64, torch.uint8):
+        return f"the {indices} are class indices, which cross_entropy takes as int64: y.long()"
+    if "size" not in message.lower():
+        return None
+    classes, out = outputs.shape[1], tuple(outputs.shape)
+    if classes == 1:
+        return (
+            f"loss_fn got one output per sample {out} and {indices}; a loss on one output per sample "
+            f"(binary_cross_entropy_with_logits, mse_loss) takes float targets of the outputs' shape {out}: "
+            "y.float().unsqueeze(1)"
+        )
+    return (
+        f"loss_fn got outputs {out} and {indices}, one class index per sample as cross_entropy takes "
+        f"them, but this loss compares the outputs with targets of their own shape: give one-hot float "
+        f"targets {out}, F.one_hot(y, {classes}).float(); or use F.cross_entropy"
+    )
+
+
+def is_torch_loss(loss_fn: Any) -> bool:
+    """Whether `loss_fn` is one of torch's losses: a ``torch.nn.functional`` function or an ``nn`` loss
+    module, maybe in a ``functools.partial``."""
+    loss_fn = getattr(loss_fn, "func", loss_fn)
+    return isinstance(loss_fn, torch.nn.modules.loss._Loss) or (
+        getattr(loss_fn, "__module__", None) == "torch.nn.functional"
+    )
+
+
+def shape_mismatch(outputs: torch.Tensor, target: torch.Tensor) -> str:
+    """The sentence for a loss given outputs and targets of different shapes: both shapes, whether they
+    broadcast, and the fix."""
+    out, tgt = tuple(outputs.shape), tuple(target.shape)
+    try:
+        shape = tuple(torch.broadcast_shapes(outputs.shape, target.shape))
+        broadcast = f"they broadcast to {shape}, so the loss would be wrong without an error"
+    except RuntimeError:
+        broadcast = "they do not broadcast"
+    fix = "Make them match"
+    if len(out) == len(tgt) + 1 and out[-1] == 1 and out[:-1] == tgt:
+        fix += (
+            f": targets as {out} (y.unsqueeze(1), or TensorDataset(x, y.unsqueeze(1))) or outputs as {tgt} "
+            "(model(x).squeeze(1))"
+        )
+    elif len(tgt) == len(out) + 1 and tgt[-1] == 1 and tgt[:-1] == out:
+        fix += f": outputs as {tgt} (a last layer with 1 output) or targets as {out} (y.squeeze(1))"
+    elif class_column(out, tgt):
+        fix += " (a column of class indices? cross_entropy takes them as integers, one per sample: "
+        fix += "y.squeeze(1).long())"
+    elif target.is_floating_point() and len(out) == len(tgt) + 1:
+        fix += " (class-index targets for cross_entropy must be integers: y.long())"
+    return f"loss_fn got outputs of shape {out} and targets of shape {tgt}: {broadcast}. {fix}"
 
 
 def raise_explained(error: BaseException, explained: str | None, prefix: str = "") -> NoReturn:

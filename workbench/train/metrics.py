@@ -164,6 +164,10 @@ class MeanOverSamples:
 
 def as_metric(name: str, metric: Any, samples_of: Callable[[Any], int]) -> Metric:
     """`metric` as a `Metric`; TypeError naming it when it is neither a function nor a Metric."""
+    if isinstance(metric, type):  # a class passes both checks below, then fails at its first call
+        raise TypeError(
+            f"metrics[{name!r}] is the class {metric.__name__}; give an instance, e.g. {metric.__name__}(...)"
+        )
     if isinstance(metric, Metric):
         return metric
     if callable(metric):

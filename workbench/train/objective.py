@@ -6,10 +6,11 @@
    a tuple as ``model(*batch)``; the loss is the result itself (a scalar tensor), its ``.loss`` or
    ``["loss"]``, or the scalar in a returned tuple (``(logits, loss)`` or ``(loss, logits)``).
 
-On the first batch the loss must be a floating scalar tensor that requires grad, and with a `loss_fn` the
-outputs and floating-point targets must have the same shape (a ``(B, 1)`` output against ``(B,)`` targets
-broadcasts to ``(B, B)`` and gives a wrong loss silently); otherwise training stops before any update with
-a message that shows the shapes and the fix.
+On the first batch the loss must be a floating scalar tensor that requires grad, and a torch `loss_fn`
+(``F.mse_loss``, ``nn.L1Loss()``, ...) must get outputs and floating-point targets of the same shape (a
+``(B, 1)`` output against ``(B,)`` targets broadcasts to ``(B, B)`` and gives a wrong loss silently), as must
+a torch loss inside a `loss_fn` of yours; otherwise training stops before any update with a message that
+shows the shapes and the fix.
 
     >>> import torch
     >>> objective = Objective(torch.nn.functional.mse_loss)
@@ -23,13 +24,21 @@ a message that shows the shapes and the fix.
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from workbench.data import Dataset, batch_size_of, describe_batch
-from workbench.train.diagnose import class_column, explain_loss_error, explain_model_error, raise_explained
+from workbench.train.diagnose import (
+    BROADCAST_WARNING,
+    explain_loss_error,
+    explain_model_error,
+    is_torch_loss,
+    raise_explained,
+    shape_mismatch,
+)
 from workbench.train.metrics import Accuracy, Metric, MetricError, as_metric, is_classification
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -55,6 +64,11 @@ class Objective:
         *,
         classification: bool | None = None,
     ) -> None:
+        if isinstance(loss_fn, type):
+            raise TypeError(
+                f"loss_fn is the class {loss_fn.__name__}; give an instance, loss_fn={loss_fn.__name__}(), "
+                "or a function such as torch.nn.functional.cross_entropy"
+            )
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(
                 f"loss_fn must be a function loss_fn(outputs, target) -> scalar tensor (e.g. "
@@ -118,10 +132,11 @@ class Objective:
                 outputs = model(inputs)
             except (RuntimeError, ValueError, TypeError) as error:
                 raise_explained(error, explain_model_error(model, inputs, error))
-            if not self._checked_shapes:
-                check_shapes(outputs, target)
+            if self._checked_shapes:
+                loss = self._loss(outputs, target)
+            else:
                 self._checked_shapes = True
-            loss = self._loss(outputs, target)
+                loss = self._first_loss(outputs, target)
         elif self.step_fn is not None:
             loss, outputs = unpack_loss(self.step_fn(model, batch), "step_fn")
         else:
@@ -167,11 +182,33 @@ class Objective:
             self.classification = is_classification(outputs, batch)
         return self._loss(outputs, target), outputs
 
+    def _first_loss(self, outputs: Any, target: Any) -> torch.Tensor:
+        """The first batch's loss. Outputs and float targets of different shapes are refused before a torch
+        loss (it would broadcast them, or fail deep inside); a loss of yours may reshape them itself, and is
+        stopped only when a torch loss inside it warns that it broadcast the target."""
+        if not (isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor)):
+            return self._loss(outputs, target)
+        if outputs.shape == target.shape:
+            return self._loss(outputs, target)
+        if target.is_floating_point() and is_torch_loss(self.loss_fn):
+            raise ValueError(shape_mismatch(outputs, target))
+        try:
+            torch.broadcast_shapes(outputs.shape, target.shape)
+        except RuntimeError:  # no silent broadcast: the loss raises, and `_loss` names the mismatch
+            return self._loss(outputs, target)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=BROADCAST_WARNING, category=UserWarning)
+            try:
+                return self._loss(outputs, target)
+            except UserWarning as warning:
+                explained = explain_loss_error(outputs, target, warning) or shape_mismatch(outputs, target)
+                raise ValueError(explained) from warning
+
     def _loss(self, outputs: Any, target: Any) -> torch.Tensor:
         """``loss_fn(outputs, target)``; a mismatch torch reports deep inside is named (`diagnose`)."""
         try:
             return self.loss_fn(outputs, target)
-        except (RuntimeError, IndexError, ValueError) as error:
+        except (RuntimeError, IndexError, ValueError, TypeError, AttributeError) as error:
             raise_explained(error, explain_loss_error(outputs, target, error))
 
     def evaluation_metrics(self) -> dict[str, Metric]:
@@ -253,32 +290,3 @@ def check_loss(loss: Any, source: str, *, training: bool) -> None:
             f"{source} returned a loss that does not require grad, so backward cannot train the model: "
             "compute it from the model's outputs without .detach(), .item(), .numpy() or torch.no_grad()"
         )
-
-
-def check_shapes(outputs: Any, target: Any) -> None:
-    """Raise ValueError if tensor `outputs` and floating-point `target` differ in shape (they would
-    broadcast, or fail deep inside the loss)."""
-    if not (isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor)):
-        return
-    if not target.is_floating_point() or outputs.shape == target.shape:
-        return
-    out, tgt = tuple(outputs.shape), tuple(target.shape)
-    try:
-        shape = tuple(torch.broadcast_shapes(outputs.shape, target.shape))
-        broadcast = f"they broadcast to {shape}, so the loss would be wrong without an error"
-    except RuntimeError:
-        broadcast = "they do not broadcast"
-    fix = "Make them match"
-    if len(out) == len(tgt) + 1 and out[-1] == 1 and out[:-1] == tgt:
-        fix += (
-            f": targets as {out} (y.unsqueeze(1), or TensorDataset(x, y.unsqueeze(1))) or outputs as {tgt} "
-            "(model(x).squeeze(1))"
-        )
-    elif len(tgt) == len(out) + 1 and tgt[-1] == 1 and tgt[:-1] == out:
-        fix += f": outputs as {tgt} (a last layer with 1 output) or targets as {out} (y.squeeze(1))"
-    elif class_column(out, tgt):
-        fix += " (a column of class indices? cross_entropy takes them as integers, one per sample: "
-        fix += "y.squeeze(1).long())"
-    else:
-        fix += " (class-index targets for cross_entropy must be integers: y.long())"
-    raise ValueError(f"loss_fn got outputs of shape {out} and targets of shape {tgt}: {broadcast}. {fix}")
