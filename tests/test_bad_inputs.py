@@ -118,6 +118,24 @@ API = [
     (lambda: _launch(addr=""), ValueError, r"addr must be a host name or IP address"),
     (lambda: _launch(args=5), ValueError, r"args must be a tuple or list .* write args=\(5,\)"),
     (lambda: _launch(args="abc"), ValueError, r"args must be a tuple or list"),
+    (
+        lambda: __import__("workbench.parallel").parallel.Launch(lambda: 1, 2),
+        ValueError,
+        r"every rank calls fn\(strategy, \*args\) with 0 argument\(s\) in args, but <lambda>\(\) does not "
+        r"take that \(too many positional arguments\); write fn to take the strategy first, lambda "
+        r"strategy: \.\.\.$",
+    ),
+    (
+        lambda: _launch(args=(1, 2)),
+        ValueError,
+        r"with 2 argument\(s\) in args, but <lambda>\(strategy\) does",
+    ),
+    (
+        lambda: __import__("workbench.parallel").parallel.Launch(lambda strategy, epochs: 1, 2),
+        ValueError,
+        r"\(missing a required argument: 'epochs'\); give the arguments after the strategy as "
+        r"args=\(\.\.\.\)$",
+    ),
     (lambda: _launch(port=70000), ValueError, r"port must be ≤ 65535"),
     (lambda: _launch(port=0), ValueError, r"port must be an integer ≥ 1"),
     (lambda: _launch(backend="mpi"), ValueError, r"backend='mpi' is not supported"),

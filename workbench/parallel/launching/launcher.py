@@ -28,6 +28,7 @@ interrupting the kernel stops every worker. No process, port or thread is left b
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import os
 import socket
@@ -161,6 +162,7 @@ class Launch:
                 f"args must be a tuple or list of the arguments fn takes after the strategy, got "
                 f"{type(args).__name__} {args!r}; for one argument write args=({args!r},)"
             )
+        _check_takes(fn, tuple(args))
         self.fn, self.args = fn, tuple(args)
         self.nprocs = check_nprocs(nprocs)
         self.backend = default_backend(nprocs) if backend is None else backend
@@ -324,6 +326,28 @@ def free_port(addr: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((addr, 0))
         return sock.getsockname()[1]
+
+
+def _check_takes(fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """ValueError, before any process starts, when ``fn(strategy, *args)`` would not bind on every rank."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: called as it is
+        return
+    try:
+        signature.bind(None, *args)
+    except TypeError as mismatch:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        fix = (
+            "give the arguments after the strategy as args=(...)"
+            if "missing" in str(mismatch)
+            else "write fn to take the strategy first, "
+            + ("lambda strategy: ..." if name == "<lambda>" else f"def {name}(strategy, ...)")
+        )
+        raise ValueError(
+            f"every rank calls fn(strategy, *args) with {len(args)} argument(s) in args, but "
+            f"{name}{signature} does not take that ({mismatch}); {fix}"
+        ) from None
 
 
 def _check_addr(addr: str) -> str:

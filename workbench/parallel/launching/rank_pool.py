@@ -92,6 +92,7 @@ class RankPool:
         self._launch = Launch(
             serve_cells,
             nprocs,
+            args=(None,),  # serve_cells's connection, which `start` gives each rank (its own WorkerSpec)
             backend=backend,
             threads_per_process=threads_per_process,
             timeout_s=check_positive("timeout_s", timeout_s),
