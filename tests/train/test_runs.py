@@ -99,6 +99,9 @@ def test_workbench_runs_prints_the_table_and_a_diff(runs, capsys):
     assert all(derived in diff for derived in ("global batch", "ranks", "strategy", "setting"))
     assert main(["runs", "--runs-dir", str(runs), "--diff", "single", "nope"]) == 2
     assert "no run 'nope'" in capsys.readouterr().err
+    (runs / "notes").mkdir()  # a folder that is no run: said, not "no run" alone
+    assert main(["runs", "--runs-dir", str(runs), "--diff", "single", "notes"]) == 2
+    assert f"no run 'notes' in {runs} ({runs / 'notes'} holds no metrics.jsonl" in capsys.readouterr().err
     assert main(["runs", "--runs-dir", str(runs / "none")]) == 2
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def add(commands: argparse._SubParsersAction) -> None:
@@ -21,6 +22,7 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 def _runs(args: argparse.Namespace) -> int:
     from workbench.tables import text_table
+    from workbench.train.metrics_log import METRICS_FILE
     from workbench.train.runs import RUN_COLUMNS, config_diff, list_runs
 
     skipped: list[str] = []
@@ -42,8 +44,11 @@ def _runs(args: argparse.Namespace) -> int:
     missing = [name for name in args.diff if name not in by_name]
     if missing:
         known = ", ".join(by_name) or "none"
+        folder = Path(args.runs_dir) / missing[0]
+        why = f" ({folder} holds no {METRICS_FILE}: no training logged there)" if folder.is_dir() else ""
         print(
-            f"workbench runs: error: no run {missing[0]!r} in {args.runs_dir}; runs: {known}", file=sys.stderr
+            f"workbench runs: error: no run {missing[0]!r} in {args.runs_dir}{why}; runs: {known}",
+            file=sys.stderr,
         )
         return 2
     differ = config_diff([by_name[name] for name in args.diff])
