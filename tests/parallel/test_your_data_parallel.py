@@ -180,3 +180,16 @@ def test_namespace_splits_work_under_ddp():
         _fit, RANKS, args=(model, data, _config(epochs=1)), model=model, threads_per_process=1
     )
     assert steps == 13 and metrics == {}
+
+
+def test_a_pipeline_refuses_batches_of_several_inputs_with_the_fix():
+    from workbench.parallel import PipelineParallel, WorkerFailed
+
+    x, y = _tensors()
+    model = models.mlp(FEATURES, CLASSES, hidden=(16, 16))
+    said = r"PipelineParallel sends one input tensor through its stages, but these batches hold 2 inputs"
+    with pytest.raises(
+        WorkerFailed, match=said + r" before the target \(\(x1, x2, \.\.\., target\)\); stack them"
+    ):
+        launch(_fit, RANKS, args=(model, TensorDataset(x, x, y), _config(epochs=1)), model=model,
+               strategy=PipelineParallel(), threads_per_process=1)  # fmt: skip

@@ -235,6 +235,39 @@ class Stream(IterableDataset):
         return self.n
 
 
+class _TwoInputs(nn.Module):
+    """Features and a category index, as tabular models take them: ``forward(x, category)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(4, 3)
+        self.net = nn.Sequential(nn.Linear(FEATURES + 3, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+
+    def forward(self, x, category):
+        return self.net(torch.cat([x, self.embed(category)], dim=1))
+
+
+def test_batches_of_several_inputs_go_to_the_model_as_its_arguments():
+    """``(x, category, y)`` batches with a loss_fn: ``loss_fn(model(x, category), y)``; refused before."""
+    x, y = _tensors()
+    category = torch.arange(N) % 4
+    train, val = (
+        TensorDataset(x[:200], category[:200], y[:200]),
+        TensorDataset(x[200:], category[200:], y[200:]),
+    )
+    torch.manual_seed(0)
+    model = _TwoInputs()
+    result = Trainer(
+        model, F.cross_entropy, (train, val), _config(epochs=3), metrics={"f1": F1(CLASSES)}
+    ).fit()
+    with torch.no_grad():
+        logits = model(x[200:], category[200:])
+    val_metrics = result.metrics["val"]
+    assert val_metrics["loss"] == pytest.approx(F.cross_entropy(logits, y[200:]).item(), rel=1e-5)
+    assert val_metrics["accuracy"] == pytest.approx((logits.argmax(1) == y[200:]).float().mean().item())
+    assert val_metrics["accuracy"] > 0.6 and "f1" in val_metrics
+
+
 def test_an_iterable_dataset_without_length_trains_with_an_unknown_total():
     events = Events()
 
@@ -331,7 +364,8 @@ def _refusals():
         "dict batches with loss_fn": (
             dict(loss_fn=F.cross_entropy, splits=LazyFiles(x, y)),
             TypeError,
-            r"batches must be \(inputs, target\) pairs; this batch is dict\(features: \(16, 6\)",
+            r"batches must be \(inputs, target\) or \(input1, input2, \.\.\., target\); this batch is "
+            r"dict\(features: \(16, 6\)",
         ),
         "tensors as splits": (
             dict(splits=(x, y)),

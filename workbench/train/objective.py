@@ -1,6 +1,7 @@
 """How a batch becomes a loss, three ways, and the checks that catch a wrong loss on the first batch.
 
-1. ``loss_fn(model(inputs), target)`` for ``(inputs, target)`` batches (``F.cross_entropy``, ``F.mse_loss``).
+1. ``loss_fn(model(inputs), target)`` for ``(inputs, target)`` batches (``F.cross_entropy``, ``F.mse_loss``);
+   ``loss_fn(model(x1, x2), target)`` for ``(x1, x2, target)``.
 2. ``step_fn(model, batch) -> loss`` or ``-> (loss, outputs)``, for any batch structure.
 3. Neither (``loss_fn=None``): the model computes its own loss. A dict batch is passed as ``model(**batch)``,
    a tuple as ``model(*batch)``; the loss is the result itself (a scalar tensor), its ``.loss`` or
@@ -115,11 +116,15 @@ class Objective:
         return batch_size_of(batch)
 
     def pair(self, batch: Any) -> tuple[Any, Any]:
-        """``(inputs, target)`` of a batch for `loss_fn`; TypeError with the fix for any other shape."""
+        """``(inputs, target)`` of a batch for `loss_fn`: the last element is the target, and several inputs
+        before it are `ModelInputs`; TypeError with the fix for any other shape."""
         if isinstance(batch, tuple | list) and len(batch) == 2:
             return batch[0], batch[1]
+        if isinstance(batch, tuple | list) and len(batch) > 2:
+            return ModelInputs(batch[:-1]), batch[-1]
         raise TypeError(
-            f"with loss_fn, batches must be (inputs, target) pairs; this batch is {describe_batch(batch)}. "
+            f"with loss_fn, batches must be (inputs, target) or (input1, input2, ..., target); this batch is "
+            f"{describe_batch(batch)}. "
             "Give a collate_fn (LoaderConfig) that returns (inputs, target), or pass loss_fn=None with "
             "step_fn=lambda model, batch: ... (or a model that returns its own loss)"
         )
@@ -129,7 +134,7 @@ class Objective:
         if self.loss_fn is not None:
             inputs, target = self.pair(batch)
             try:
-                outputs = model(inputs)
+                outputs = forward(model, inputs)
             except (RuntimeError, ValueError, TypeError) as error:
                 raise_explained(error, explain_model_error(model, inputs, error))
             if self._checked_shapes:
@@ -215,6 +220,18 @@ class Objective:
         """The metrics evaluated on val/test: accuracy for classification, then the user's."""
         defaults = {"accuracy": Accuracy()} if self.classification else {}
         return {**defaults, **self.metrics}
+
+
+class ModelInputs(tuple):
+    """The inputs of a batch of several, ``(x1, x2)`` of ``(x1, x2, target)``: `forward` calls
+    ``model(x1, x2)``, where one input ``x`` (of ``(x, target)``) is ``model(x)`` whatever it holds."""
+
+    __slots__ = ()
+
+
+def forward(model: torch.nn.Module, inputs: Any) -> Any:
+    """``model(*inputs)`` for `ModelInputs`, ``model(inputs)`` otherwise."""
+    return model(*inputs) if isinstance(inputs, ModelInputs) else model(inputs)
 
 
 def call_model(model: torch.nn.Module, batch: Any) -> Any:

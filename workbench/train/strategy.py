@@ -24,7 +24,7 @@ from workbench.train import gradients
 from workbench.train.choices import DEVICES
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes
-from workbench.train.objective import LossFn, Objective
+from workbench.train.objective import LossFn, Objective, forward
 from workbench.train.precision import Precision
 from workbench.train.step_time import NO_CLOCK, Clock
 
@@ -198,8 +198,9 @@ class StrategyBase:
         return move_batch(batch, self.device, non_blocking=True)
 
     def predict(self, model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
-        """The model's output for `inputs` (evaluation), or None on a rank that has none."""
-        return model(inputs)
+        """The model's output for `inputs` (evaluation; several are `ModelInputs`), or None on a rank that
+        has none."""
+        return forward(model, inputs)
 
     def eval_forward_passes(self, local_batches: int) -> int:
         """How many forward passes this rank makes to evaluate its `local_batches` batches (more when

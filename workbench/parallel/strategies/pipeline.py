@@ -32,6 +32,7 @@ from workbench.parallel.strategies.pipeline_split import MicrobatchLoss, balance
 from workbench.parallel.strategies.stage_timeline import StageTimeline
 from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
+from workbench.train.objective import ModelInputs
 from workbench.train.precision import Precision
 from workbench.train.step_time import NO_CLOCK, Clock
 from workbench.train.strategy import Batch, Objective, check_state_fits
@@ -264,7 +265,7 @@ class PipelineParallel(DistributedStrategy):
         On a timed step the stage's forward and backward passes (from its timeline, when recorded) are
         forward and backward; the rest of the schedule (sending, receiving, waiting for the neighbours) is
         comm."""
-        pairs = [objective.pair(batch) for batch in group]
+        pairs = [(_one_input(x), y) for x, y in map(objective.pair, group)]
         samples = sum(len(x) for x, _ in pairs)
         loss_fn = objective.loss_fn
         losses: list[torch.Tensor] = []
@@ -311,7 +312,7 @@ class PipelineParallel(DistributedStrategy):
 
     def predict(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor | None:
         """Forward only, through every stage (one micro-batch); the output on the last stage."""
-        schedule, _ = self._schedule(model, len(inputs), training=False)
+        schedule, _ = self._schedule(model, len(_one_input(inputs)), training=False)
         return self._run(schedule, inputs, None, None)
 
     def total_norm(self, grads: list[torch.Tensor]) -> torch.Tensor:
@@ -401,3 +402,15 @@ class PipelineParallel(DistributedStrategy):
         if last and y is not None:
             kwargs = {"target": y.to(self.device, non_blocking=True), "losses": losses}
         return schedule.step(*args, **kwargs)
+
+
+def _one_input(inputs: Any) -> torch.Tensor:
+    """`inputs` when it is one tensor; ValueError for a batch of several inputs, which a pipeline cannot
+    send through its stages."""
+    if isinstance(inputs, ModelInputs):
+        raise ValueError(
+            f"PipelineParallel sends one input tensor through its stages, but these batches hold "
+            f"{len(inputs)} inputs before the target ((x1, x2, ..., target)); stack them into one tensor, or "
+            "train this model with DataParallel, FullyShardedDataParallel or TensorParallel"
+        )
+    return inputs
