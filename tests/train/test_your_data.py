@@ -92,6 +92,7 @@ def _kinds():
         "random_split tuple": (train, val, test),
         "list with None": [train, None, test],
         "dict": {"train": train, "val": val},
+        "dict as Hugging Face names the splits": {"train": train, "validation": val, "test": test},
         "Splits of Subsets": Splits(Subset(data, range(200)), val=Subset(data, range(200, N))),
         "object with .train": SimpleNamespace(train=train, val=val),
         "DataLoader": DataLoader(data, batch_size=32, shuffle=True),
@@ -113,6 +114,7 @@ def test_every_kind_of_user_data_trains_and_evaluates(kind):
         "random_split tuple": {"val", "test"},
         "list with None": {"test"},
         "dict": {"val"},
+        "dict as Hugging Face names the splits": {"val", "test"},
         "Splits of Subsets": {"val"},
         "object with .train": {"val"},
         "DataLoader": set(),
@@ -390,7 +392,21 @@ def _refusals():
             r"got a list of \(tuple, tuple, tuple, tuple\)\. A list of 240 samples is one dataset: stack",
         ),
         "a number as splits": (dict(splits=3), TypeError, r"splits must be a workbench Dataset.*got int"),
-        "a dict without train": (dict(splits={"val": data}), TypeError, r"needs the key 'train'"),
+        "a dict without train": (
+            dict(splits={"val": data}),
+            TypeError,
+            r"splits as a dict with the keys \['val'\] has no 'train' \(or 'training'\) split",
+        ),
+        "a dict with a misspelt split": (
+            dict(splits={"train": data, "vaild": data}),
+            TypeError,
+            r"'vaild' is no split \(did you mean 'valid'\?\); the splits are 'train' \(needed\)",
+        ),
+        "a dict with val twice": (
+            dict(splits={"train": data, "val": data, "validation": data}),
+            TypeError,
+            r"splits names the val split twice: \['train', 'val', 'validation'\]; keep one",
+        ),
         "empty torch split": (
             dict(splits=TensorDataset(x[:0], y[:0])),
             ValueError,

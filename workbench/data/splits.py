@@ -3,6 +3,7 @@ shapes users bring (one dataset, a ``random_split`` tuple, a dict, an object wit
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,8 @@ from workbench._validate import check_int
 from workbench.data.datasets import Dataset
 
 SPLIT_NAMES = ("train", "val", "test")
+# other names of the splits, as dict keys or attributes: Hugging Face's DatasetDict says "validation"
+SPLIT_ALIASES = {"training": "train", "validation": "val", "valid": "val", "testing": "test"}
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,7 @@ def as_splits(data: Any, argument: str = "splits") -> Splits:
     if isinstance(data, Splits):
         parts = (data.train, data.val, data.test)
     elif isinstance(data, Mapping):
-        unknown = set(data) - set(SPLIT_NAMES)
-        if "train" not in data or unknown:
-            raise TypeError(
-                f"{argument} as a dict needs the key 'train' (and optionally 'val', 'test'); got keys "
-                f"{sorted(map(str, data))}"
-            )
-        parts = tuple(data.get(name) for name in SPLIT_NAMES)
+        parts = _named_parts(data, argument)
     elif isinstance(data, tuple | list) and not _is_dataset(data):
         if not 1 <= len(data) <= 3 or not all(part is None or _is_dataset(part) for part in data):
             kinds = ", ".join(type(part).__name__ for part in data[:4])
@@ -102,8 +99,9 @@ def as_splits(data: Any, argument: str = "splits") -> Splits:
         parts = (*data, None, None)[:3]
     elif _is_dataset(data):
         parts = (data, None, None)
-    elif hasattr(data, "train"):
-        parts = tuple(getattr(data, name, None) for name in SPLIT_NAMES)
+    elif hasattr(data, "train") or hasattr(data, "training"):
+        named = {key: getattr(data, key) for key in (*SPLIT_NAMES, *SPLIT_ALIASES) if hasattr(data, key)}
+        parts = _named_parts(named, argument, "an object with the attributes")
     else:
         raise TypeError(f"{argument} must be {ACCEPTED}; got {type(data).__name__}")
     for name, part in zip(SPLIT_NAMES, parts, strict=True):
@@ -114,6 +112,33 @@ def as_splits(data: Any, argument: str = "splits") -> Splits:
     if parts[0] is None:
         raise TypeError(f"{argument}.train is None; give a training split ({ACCEPTED})")
     return Splits(*parts)
+
+
+def _named_parts(
+    data: Mapping[Any, Any], argument: str, what: str = "a dict with the keys"
+) -> tuple[Any, ...]:
+    """(train, val, test) of a dict (or an object's attributes) keyed by split names or their aliases;
+    TypeError naming an unknown key or two keys for one split."""
+    parts: dict[str, Any] = {}
+    for key, part in data.items():
+        name = key if key in SPLIT_NAMES else SPLIT_ALIASES.get(key)
+        if name is None:
+            close = difflib.get_close_matches(str(key), [*SPLIT_NAMES, *SPLIT_ALIASES], n=1)
+            guess = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(
+                f"{argument} as {what} {sorted(map(str, data))}: {key!r} is no split{guess}; the splits are "
+                f"'train' (needed), 'val' and 'test' (optional), also named "
+                f"{', '.join(map(repr, SPLIT_ALIASES))}"
+            )
+        if name in parts:
+            raise TypeError(f"{argument} names the {name} split twice: {sorted(map(str, data))}; keep one")
+        parts[name] = part
+    if "train" not in parts:
+        raise TypeError(
+            f"{argument} as {what} {sorted(map(str, data))} has no 'train' (or 'training') split; give "
+            "the data to train on under 'train'"
+        )
+    return tuple(parts.get(name) for name in SPLIT_NAMES)
 
 
 def _is_dataset(value: Any) -> bool:
