@@ -4,6 +4,7 @@ it should, and every wrong input is refused with a message that names it and say
 from __future__ import annotations
 
 import json
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -123,6 +124,18 @@ def test_every_kind_of_user_data_trains_and_evaluates(kind):
     assert splits_with_eval == expected
     for split in expected:  # integer targets and (B, classes) outputs: accuracy by default
         assert 0 <= result.metrics[split]["accuracy"] <= 1
+
+
+def test_metrics_without_a_split_to_evaluate_them_are_said_where_the_trainer_is_built():
+    x, y = _tensors()
+    said = r"fit\(\) computes metrics \['f1'\] on the val and test splits, and splits has only train, so fit "
+    with pytest.warns(UserWarning, match=said + r"will not report them: give \(train, val\)") as said:
+        Trainer(_model(), F.cross_entropy, TensorDataset(x, y), _config(), metrics={"f1": F1(CLASSES)})
+    assert said[0].filename == __file__  # the user's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Trainer(_model(), F.cross_entropy, (TensorDataset(x, y), None, TensorDataset(x, y)), _config(),
+                metrics={"f1": F1(CLASSES)})  # fmt: skip
 
 
 def test_a_dataloader_keeps_its_own_batch_size_and_collate_fn():

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from workbench.data import Dataset, split_size
+from workbench.data import Dataset, Splits, split_size
 from workbench.train.config import TrainConfig
 from workbench.train.strategy import StrategyBase
 
@@ -109,6 +110,17 @@ def check_training_split(train: Any) -> None:
     """ValueError for a training split without samples."""
     if (len(train) if isinstance(train, Dataset) else split_size(train)) == 0:
         raise ValueError("splits.train is empty (the training split); give it at least one sample")
+
+
+def warn_unevaluated_metrics(splits: Splits, metrics: Any) -> None:
+    """A warning when `metrics` are given but no split evaluates them (they run on val and test only)."""
+    if metrics and splits.val is None and splits.test is None:
+        warnings.warn(
+            f"fit() computes metrics {sorted(map(str, metrics))} on the val and test splits, and splits has "
+            "only train, so fit will not report them: give (train, val) to see them after each epoch (or "
+            "call trainer.evaluate('train'))",
+            stacklevel=3,
+        )
 
 
 def check_device(config: TrainConfig, device: torch.device) -> None:

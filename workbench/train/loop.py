@@ -34,6 +34,7 @@ from workbench.train.arguments import (
     check_optimizer,
     check_resume,
     check_training_split,
+    warn_unevaluated_metrics,
 )
 from workbench.train.batches import check_epoch_trained, count_steps, epoch_steps, split_loaders
 from workbench.train.compilation import check_can_compile, compile_module
@@ -189,6 +190,8 @@ class Trainer:
         self.precision = resolve_precision(self.config.precision, self.device)
         check_can_compile(self.config.compile, self.device)
         self.rank, self.world_size = self.strategy.rank, self.strategy.world_size
+        if self.rank == 0:
+            warn_unevaluated_metrics(self.splits, metrics)
         self.model = self.strategy.wrap(model)  # on the device (a pipeline moves only its stage)
         # the module the training steps call: compiled with TrainConfig(compile=...), else the model
         self._step_model = compile_module(self.model, self.config.compile)
