@@ -110,3 +110,20 @@ def test_the_wrapper_the_message_suggests_is_estimated():
 
     estimate = estimate_memory(OneTensor(), sample=torch.zeros(1, 20), batch_size=32)
     assert estimate.params == 42 * 4 and estimate.basis.startswith("traced")
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (lambda: estimate_memory(nn.Linear, sample=torch.zeros(1, 20), batch_size=32),
+         r"^model is the class Linear; build the model first: Linear\(\.\.\.\)$"),
+        (lambda: Estimator(nn.Linear, torch.zeros(1, 20), samples_per_epoch=1000),
+         r"^model is the class Linear; build the model first"),
+        (lambda: training_flops(nn.Linear, torch.zeros(1, 20)), r"^model is the class Linear"),
+        (lambda: estimate_memory("gpt2", sample=torch.zeros(1, 20), batch_size=32),
+         r"model must be an nn.Module, a ModelProfile or a parameter count; got the name 'gpt2'"),
+    ],  # a class said "(parameter count) must be an integer" or "parameters() missing 1 required argument"
+)  # fmt: skip
+def test_a_class_or_a_name_where_the_model_belongs_is_said(call, said):
+    with pytest.raises(TypeError, match=said):
+        call()

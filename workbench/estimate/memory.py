@@ -319,8 +319,7 @@ def estimate_memory(
     check_choice("method", method, METHODS)
     from workbench.estimate import trace  # at call time, as `_traced` (the class it raises is this module's)
 
-    if isinstance(model, nn.Module) and sample is not None:
-        trace.checked_sample(sample)
+    trace.checked_model(model, sample)  # a class or a name: said; an nn.Module's sample: one input tensor
     traceable = isinstance(model, nn.Module) and sample is not None and strategy in ("single", "ddp", "fsdp")
     if method == "traced" and not traceable:
         raise ValueError(

@@ -161,6 +161,26 @@ def _fake_copy(model: nn.Module, mode: Any) -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
+def checked_model(model: Any, sample: Any = None) -> None:
+    """TypeError for a class or a name where a model belongs; an nn.Module's `sample` is `checked_sample`d.
+
+    Example:
+        >>> checked_model(nn.Linear)
+        Traceback (most recent call last):
+        ...
+        TypeError: model is the class Linear; build the model first: Linear(...)
+    """
+    if isinstance(model, type):
+        raise TypeError(f"model is the class {model.__name__}; build the model first: {model.__name__}(...)")
+    if isinstance(model, str | bytes):
+        raise TypeError(
+            f"model must be an nn.Module, a ModelProfile or a parameter count; got the name {model!r}: build "
+            "or load the model first"
+        )
+    if isinstance(model, nn.Module) and sample is not None:
+        checked_sample(sample)
+
+
 def checked_sample(sample: Any) -> torch.Tensor:
     """`sample` if it is one input tensor, batch first, with at least one sample; else the error that says
     what was given and what to pass.
@@ -201,6 +221,7 @@ def on_model_device(model: nn.Module, sample: torch.Tensor) -> torch.Tensor:
         >>> on_model_device(nn.Linear(2, 1).to("meta"), torch.zeros(1, 2)).device
         device(type='meta')
     """
+    checked_model(model)
     device = next((t.device for t in (*model.parameters(), *model.buffers())), sample.device)
     return sample if sample.device == device else sample.to(device)
 
