@@ -509,6 +509,57 @@ def test_wrong_input_is_refused_before_any_update_with_the_fix(case):
         torch.testing.assert_close(_parameters(model), before, rtol=0, atol=0)  # nothing was updated
 
 
+class _Samples(Dataset):
+    """64 samples that torch's default collate_fn cannot batch: PIL images, tensors of growing length, or a
+    dict holding an object."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        if self.kind == "images":
+            from PIL import Image
+
+            return Image.new("L", (8, 8)), index % 3
+        if self.kind == "ragged":
+            return torch.zeros(index + 1), index % 3
+        return {"x": torch.zeros(FEATURES), "y": index % 3, "note": object()}
+
+
+@pytest.mark.parametrize(
+    ("kind", "workers", "said"),
+    [
+        ("images", 0, r"the dataset's samples hold PIL images \(\(Image, int\) each\), which torch cannot "
+                      r"put in a batch: convert each to a tensor in the dataset \(torchvision's transforms"),
+        ("images", 2, r"the dataset's samples hold PIL images"),  # raised in a worker process
+        ("ragged", 0, r"the dataset's samples differ in shape \(stack expects each tensor to be equal "
+                      r"size, but got \[\d+\] at entry 0 and \[\d+\] at entry 1\): .*rnn\.pad_sequence"),
+        ("object", 0, r"torch's default collate_fn cannot put the dataset's samples \(dict\(x: \(6,\) "
+                      r"float32, y: int, note: object\) each\) in a batch \(default_collate: batch must"),
+    ],
+)  # fmt: skip
+def test_samples_torch_cannot_batch_are_said_with_the_fix(kind, workers, said):
+    """torch's "default_collate: batch must contain tensors ... found <class 'PIL.Image.Image'>" or "stack
+    expects each tensor to be equal size", from deep inside the DataLoader, came through as they were."""
+    if kind == "images":
+        pytest.importorskip("PIL")
+    config = _config(loader=LoaderConfig(num_workers=workers))
+    with pytest.raises(ValueError, match=said):
+        Trainer(_model(), F.cross_entropy if kind != "object" else None, _Samples(kind), config).fit()
+
+
+def test_an_error_of_the_users_own_dataset_passes_untouched():
+    class Broken(_Samples):
+        def __getitem__(self, index):
+            raise TypeError("my own bug")
+
+    with pytest.raises(TypeError, match=r"^my own bug$"):
+        Trainer(_model(), F.cross_entropy, Broken("ragged"), _config()).fit()
+
+
 def test_a_pipeline_refuses_a_model_that_computes_its_own_loss():
     from workbench.train.objective import Objective
 

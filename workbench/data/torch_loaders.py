@@ -47,6 +47,7 @@ from torch.utils.data import (
 
 from workbench._validate import check_int, naming_unknown_arguments
 from workbench.data.batched_tensors import already_batched, batched_tensors
+from workbench.data.collate_errors import explained
 from workbench.data.loaders import shard_indices, shard_size
 
 
@@ -281,7 +282,7 @@ class TorchLoader:
         return self.length
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.loader)
+        return explained(self.loader)  # torch's default collate failing on the samples: said with the fix
 
     def __repr__(self) -> str:
         length = "unknown length" if self.length is None else f"{self.length} batches"

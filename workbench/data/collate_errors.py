@@ -1,0 +1,103 @@
+"""Say why torch's default ``collate_fn`` could not put a dataset's samples in a batch, and what to change.
+
+torch says "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found <class
+'PIL.Image.Image'>" or "stack expects each tensor to be equal size" from deep inside the DataLoader (or, with
+workers, inside "Caught TypeError in DataLoader worker process 0" and a worker's traceback). `explained`
+wraps a loader's batches and turns those errors into one sentence naming the samples and the fix; an error
+of the user's own dataset or ``collate_fn`` passes untouched.
+
+Example:
+    >>> import torch
+    >>> from torch.utils.data import DataLoader
+    >>> ragged = [(torch.zeros(n), 0) for n in (3, 4)]
+    >>> next(explained(DataLoader(ragged, batch_size=2)))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: the dataset's samples differ in shape (stack expects each tensor to be equal size, ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data._utils.collate import default_collate
+
+from workbench.data.batch import describe_batch
+
+COLLATE_SOURCE = "_utils/collate.py"  # the file of torch's default_collate, in a traceback
+
+
+def explained(loader: DataLoader) -> Iterator[Any]:
+    """The batches of `loader`; a failure of torch's default collate says what to change (ValueError)."""
+    try:
+        yield from loader
+    except (TypeError, RuntimeError) as error:
+        said = explain_collate_error(loader, error)
+        if said is None:
+            raise
+        raise ValueError(said) from error
+
+
+def explain_collate_error(loader: DataLoader, error: BaseException) -> str | None:
+    """One sentence on why torch's default collate failed on `loader`'s samples, or None when the error
+    came from elsewhere (the dataset, a collate_fn of the user's)."""
+    if loader.collate_fn is not default_collate or not _from_default_collate(error):
+        return None
+    words = _torch_words(error)
+    sample = _first_sample(loader)
+    shown = f" ({describe_batch(sample)} each)" if sample is not None else ""
+    if _holds_image(sample):
+        return (
+            f"the dataset's samples hold PIL images{shown}, which torch cannot put in a batch: convert each "
+            "to a tensor in the dataset (torchvision's transforms.PILToTensor() or ToTensor() in its "
+            "transform), or give LoaderConfig(collate_fn=...) that builds the batch"
+        )
+    if "equal size" in words:
+        return (
+            f"the dataset's samples differ in shape ({words}): torch's default collate_fn stacks samples of "
+            "one shape; pad them in a collate_fn (LoaderConfig(collate_fn=...), e.g. with "
+            "torch.nn.utils.rnn.pad_sequence), or crop or resize them in the dataset"
+        )
+    return (
+        f"torch's default collate_fn cannot put the dataset's samples{shown} in a batch ({words}): return "
+        "tensors, numbers or arrays (or tuples and dicts of them) from the dataset, or give "
+        "LoaderConfig(collate_fn=...) that builds the batch"
+    )
+
+
+def _from_default_collate(error: BaseException) -> bool:
+    """Whether `error` was raised inside torch's default collate (here, or in a worker: then its text holds
+    the worker's traceback)."""
+    if COLLATE_SOURCE in str(error):
+        return True
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return frame is not None and frame.tb_frame.f_code.co_filename.replace("\\", "/").endswith(COLLATE_SOURCE)
+
+
+def _torch_words(error: BaseException) -> str:
+    """torch's own message: the last line of a worker's traceback, or the error's text."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else type(error).__name__
+    return last.split(": ", 1)[1] if last.startswith(f"{type(error).__name__}: ") else last
+
+
+def _first_sample(loader: DataLoader) -> Any:
+    """The dataset's first sample, to show what a sample holds; None when it cannot be had cheaply."""
+    if isinstance(loader.dataset, IterableDataset):
+        return None
+    try:
+        return loader.dataset[0]
+    except Exception:  # the user's dataset: showing a sample is a courtesy, its error is not ours to raise
+        return None
+
+
+def _holds_image(sample: Any) -> bool:
+    if isinstance(sample, dict):
+        return any(_holds_image(part) for part in sample.values())
+    if isinstance(sample, tuple | list):
+        return any(_holds_image(part) for part in sample)
+    return type(sample).__module__.startswith("PIL.")
