@@ -102,6 +102,12 @@ CASES = [
      r"one output per sample \(16, 1\) and integer targets \(16,\) int64; .* y.float\(\).unsqueeze\(1\)"),
     (lambda: _train(nn.Linear(10, 1), lambda out, y: F.l1_loss(out, y), TensorDataset(X, Y.float())),
      ValueError, r"outputs of shape \(16, 1\) and targets of shape \(16,\): they broadcast to \(16, 16\)"),
+    # metrics with no outputs to compute them from (failed at the first evaluation, an epoch later)
+    (lambda: Trainer(nn.Linear(10, 10), None, (DATA, DATA), CONFIG, metrics={"f1": F1(10)},
+                     step_fn=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1])).fit(),
+     ValueError,
+     r"^metrics \['f1'\] are computed from the outputs, and step_fn returned only the loss: return \(loss, "
+     r"outputs\) from step_fn$"),
     # a class where an instance belongs
     (lambda: _train(nn.Linear, F.cross_entropy), TypeError,
      r"^model is the class Linear; build the model first: Linear\(\.\.\.\)$"),

@@ -112,8 +112,8 @@ class Trainer:
     Args:
         model: a torch module; moved to the config's device.
         loss_fn: ``loss_fn(output, target) -> scalar tensor`` with mean reduction (e.g. F.cross_entropy)
-            for ``(inputs, target)`` batches; None when `step_fn` or the model itself computes the loss
-            (see `workbench.train.objective`).
+            for ``(inputs, target)`` batches (``(x1, x2, target)``: ``model(x1, x2)``); None when `step_fn`
+            or the model itself computes the loss (see `workbench.train.objective`).
         splits: the data: workbench `Splits`/`Dataset` (the in-memory fast path), any torch map-style or
             iterable ``Dataset``, a ``DataLoader``, a tuple ``(train, val, test)`` of those (val, test
             optional), ``Splits(train, val=..., test=...)`` or a dict; see `workbench.data.as_splits`.

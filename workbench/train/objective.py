@@ -151,7 +151,7 @@ class Objective:
             self._checked_grad = torch.is_grad_enabled() and model.training
         if self.classification is None:
             self.classification = is_classification(outputs, batch)
-        if not self._checked_metrics and outputs is not None:
+        if not self._checked_metrics:
             self._check_metrics(outputs, batch)
         return loss, outputs
 
@@ -159,6 +159,16 @@ class Objective:
         """Each of the user's metrics on the first training batch, before any step: one that raises or
         returns no number would otherwise fail at the first evaluation, an epoch later."""
         self._checked_metrics = True
+        if outputs is None:  # a loss alone: the metrics would fail at the first evaluation, an epoch later
+            fix = (
+                "return (loss, outputs) from step_fn"
+                if self.step_fn is not None
+                else "have the model return (loss, outputs), or a dict or object with the loss and 'logits'"
+            )
+            raise MetricError(
+                f"metrics {sorted(self.metrics)} are computed from the outputs, and {self.source} returned "
+                f"only the loss: {fix}"
+            )
         with torch.no_grad():
             for name, metric in self.metrics.items():
                 try:
