@@ -108,6 +108,10 @@ CASES = [
      ValueError,
      r"^metrics \['f1'\] are computed from the outputs, and step_fn returned only the loss: return \(loss, "
      r"outputs\) from step_fn$"),
+    (lambda: _fit(data=TensorDataset(X, Y, torch.rand(64))), ValueError,  # (inputs, target, weights)
+     r"^with loss_fn, a batch of 3, \[\(16, 10\) float32, \(16,\) int64, \(16,\) float32\], is 2 inputs and "
+     r"the target: model\(\*batch\[:-1\]\), but Linear.forward\(input.* "
+     r"does not take 2 inputs. For a batch of other parts \(sample weights, ...\) give step_fn="),
     # a class where an instance belongs
     (lambda: _train(nn.Linear, F.cross_entropy), TypeError,
      r"^model is the class Linear; build the model first: Linear\(\.\.\.\)$"),

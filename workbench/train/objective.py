@@ -136,7 +136,10 @@ class Objective:
             try:
                 outputs = forward(model, inputs)
             except (RuntimeError, ValueError, TypeError) as error:
-                raise_explained(error, explain_model_error(model, inputs, error))
+                explained = several_inputs_fix(model, inputs, batch) or explain_model_error(
+                    model, inputs, error
+                )
+                raise_explained(error, explained)
             if self._checked_shapes:
                 loss = self._loss(outputs, target)
             else:
@@ -242,6 +245,25 @@ class ModelInputs(tuple):
 def forward(model: torch.nn.Module, inputs: Any) -> Any:
     """``model(*inputs)`` for `ModelInputs`, ``model(inputs)`` otherwise."""
     return model(*inputs) if isinstance(inputs, ModelInputs) else model(inputs)
+
+
+def several_inputs_fix(model: torch.nn.Module, inputs: Any, batch: Any) -> str | None:
+    """Why ``model(x1, x2)`` of an ``(x1, x2, target)`` batch failed when the model does not take that many
+    inputs (a batch with sample weights, say), else None."""
+    if not isinstance(inputs, ModelInputs):
+        return None
+    try:
+        inspect.signature(model.forward).bind(*inputs)
+    except TypeError:
+        forward = f"{type(model).__name__}.forward{inspect.signature(model.forward)}"
+        return (
+            f"with loss_fn, a batch of {len(batch)}, {describe_batch(batch)}, is {len(inputs)} inputs and "
+            f"the target: model(*batch[:-1]), but {forward} does not take {len(inputs)} inputs. For a batch "
+            "of other parts (sample weights, ...) give step_fn=lambda model, batch: loss and loss_fn=None"
+        )
+    except ValueError:  # no signature to read
+        return None
+    return None
 
 
 def call_model(model: torch.nn.Module, batch: Any) -> Any:
