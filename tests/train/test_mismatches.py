@@ -102,6 +102,12 @@ CASES = [
      r"one output per sample \(16, 1\) and integer targets \(16,\) int64; .* y.float\(\).unsqueeze\(1\)"),
     (lambda: _train(nn.Linear(10, 1), lambda out, y: F.l1_loss(out, y), TensorDataset(X, Y.float())),
      ValueError, r"outputs of shape \(16, 1\) and targets of shape \(16,\): they broadcast to \(16, 16\)"),
+    # a sequence model's (B, T, classes) scores: said "the targets hold class 9, but the model outputs 5 ..."
+    (lambda: _train(nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 10)), F.cross_entropy,
+                    TensorDataset(Y.view(64, 1).repeat(1, 5), Y.view(64, 1).repeat(1, 5))), ValueError,
+     r"^loss_fn got outputs \(16, 5, 10\) with the class scores last and targets \(16, 5\), but "
+     r"cross_entropy takes the classes in dimension 1, \(16, 10, 5\): flatten both, .*"
+     r"F.cross_entropy\(outputs.flatten\(0, -2\), y.flatten\(\)\)"),
     # metrics with no outputs to compute them from (failed at the first evaluation, an epoch later)
     (lambda: Trainer(nn.Linear(10, 10), None, (DATA, DATA), CONFIG, metrics={"f1": F1(10)},
                      step_fn=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1])).fit(),

@@ -82,6 +82,8 @@ def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str |
         return _outputs_fix(outputs)
     if not (isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor)):
         return None
+    if (fix := _classes_last_fix(outputs, target)) is not None:
+        return fix
     about_target = "target" in str(error).lower()  # beyond that, the tensors tell the case (wordings vary)
     if about_target and outputs.ndim >= 2 and outputs.shape[1] > 1:
         shape = _target_shape_fix(outputs, target)
@@ -111,6 +113,19 @@ def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str |
         f"the targets hold class {smallest}: class indices run from 0 to {classes - 1} (the number of class "
         f"scores the model outputs), and {IGNORE_INDEX} marks a sample to ignore; map the labels to "
         f"0..{classes - 1}"
+    )
+
+
+def _classes_last_fix(outputs: torch.Tensor, target: torch.Tensor) -> str | None:
+    """Integer targets ``(B, T)`` against a sequence model's scores ``(B, T, classes)``, where cross_entropy
+    takes the classes in dimension 1 (``(B, classes, T)``): how to reshape, else None."""
+    out, tgt = tuple(outputs.shape), tuple(target.shape)
+    if target.is_floating_point() or len(out) < 3 or tgt != out[:-1] or tgt == (out[0], *out[2:]):
+        return None
+    return (
+        f"loss_fn got outputs {out} with the class scores last and targets {tgt}, but cross_entropy takes "
+        f"the classes in dimension 1, {(out[0], out[-1], *out[1:-1])}: flatten both, loss_fn=lambda outputs, "
+        "y: F.cross_entropy(outputs.flatten(0, -2), y.flatten()), or move the classes, outputs.movedim(-1, 1)"
     )
 
 
