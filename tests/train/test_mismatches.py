@@ -102,6 +102,12 @@ CASES = [
      r"one output per sample \(16, 1\) and integer targets \(16,\) int64; .* y.float\(\).unsqueeze\(1\)"),
     (lambda: _train(nn.Linear(10, 1), lambda out, y: F.l1_loss(out, y), TensorDataset(X, Y.float())),
      ValueError, r"outputs of shape \(16, 1\) and targets of shape \(16,\): they broadcast to \(16, 16\)"),
+    # a mask (B, H, W) against one score map per image (B, 1, H, W): said "cross_entropy ... y.long()" before
+    (lambda: _train(nn.Conv2d(1, 1, 3, padding=1), F.binary_cross_entropy_with_logits,
+                    TensorDataset(torch.randn(64, 1, 8, 8), torch.rand(64, 8, 8).round())), ValueError,
+     r"outputs of shape \(16, 1, 8, 8\) and targets of shape \(16, 8, 8\): they broadcast to "
+     r"\(16, 16, 8, 8\), .* targets as \(16, 1, 8, 8\) \(y.unsqueeze\(1\), .* outputs as \(16, 8, 8\) "
+     r"\(model\(x\).squeeze\(1\)\)$"),
     # a sequence model's (B, T, classes) scores: said "the targets hold class 9, but the model outputs 5 ..."
     (lambda: _train(nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 10)), F.cross_entropy,
                     TensorDataset(Y.view(64, 1).repeat(1, 5), Y.view(64, 1).repeat(1, 5))), ValueError,

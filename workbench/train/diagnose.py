@@ -241,19 +241,29 @@ def shape_mismatch(outputs: torch.Tensor, target: torch.Tensor) -> str:
     except RuntimeError:
         broadcast = "they do not broadcast"
     fix = "Make them match"
-    if len(out) == len(tgt) + 1 and out[-1] == 1 and out[:-1] == tgt:
+    if (extra := _singleton_at(out, tgt)) is not None:  # (B, 1) against (B,); (B, 1, H, W) against (B, H, W)
         fix += (
-            f": targets as {out} (y.unsqueeze(1), or TensorDataset(x, y.unsqueeze(1))) or outputs as {tgt} "
-            "(model(x).squeeze(1))"
+            f": targets as {out} (y.unsqueeze({extra}), or TensorDataset(x, y.unsqueeze({extra}))) or "
+            f"outputs as {tgt} (model(x).squeeze({extra}))"
         )
-    elif len(tgt) == len(out) + 1 and tgt[-1] == 1 and tgt[:-1] == out:
-        fix += f": outputs as {tgt} (a last layer with 1 output) or targets as {out} (y.squeeze(1))"
+    elif (missing := _singleton_at(tgt, out)) is not None:
+        grow = "a last layer with 1 output" if missing == len(out) else f"model(x).unsqueeze({missing})"
+        fix += f": outputs as {tgt} ({grow}) or targets as {out} (y.squeeze({missing}))"
     elif class_column(out, tgt):
         fix += " (a column of class indices? cross_entropy takes them as integers, one per sample: "
         fix += "y.squeeze(1).long())"
     elif target.is_floating_point() and len(out) == len(tgt) + 1:
         fix += " (class-index targets for cross_entropy must be integers: y.long())"
     return f"loss_fn got outputs of shape {out} and targets of shape {tgt}: {broadcast}. {fix}"
+
+
+def _singleton_at(longer: tuple[int, ...], shorter: tuple[int, ...]) -> int | None:
+    """The dimension of size 1 in `longer` without which it is `shorter`, e.g. 1 for (4, 1, 8) and (4, 8)."""
+    if len(longer) != len(shorter) + 1:
+        return None
+    return next(
+        (d for d, size in enumerate(longer) if size == 1 and longer[:d] + longer[d + 1 :] == shorter), None
+    )
 
 
 def raise_explained(error: BaseException, explained: str | None, prefix: str = "") -> NoReturn:
