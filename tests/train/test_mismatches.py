@@ -108,6 +108,15 @@ CASES = [
      r"outputs of shape \(16, 1, 8, 8\) and targets of shape \(16, 8, 8\): they broadcast to "
      r"\(16, 16, 8, 8\), .* targets as \(16, 1, 8, 8\) \(y.unsqueeze\(1\), .* outputs as \(16, 8, 8\) "
      r"\(model\(x\).squeeze\(1\)\)$"),
+    # one score per sample with integer targets: torch's "Expected floating point type for target with class
+    # probabilities, got Long" and "result type Float can't be cast to the desired output type Long"
+    (lambda: _train(nn.Sequential(nn.Linear(10, 1), nn.Flatten(0)), F.cross_entropy, BINARY), ValueError,
+     r"^loss_fn got one score per sample \(16,\) and integer targets \(16,\) int64, but cross_entropy takes "
+     r"a score per class, \(16, classes\): .* F.binary_cross_entropy_with_logits and y.float\(\)$"),
+    (lambda: _train(nn.Sequential(nn.Linear(10, 1), nn.Flatten(0)), F.binary_cross_entropy_with_logits,
+                    BINARY), ValueError,
+     r"^loss_fn got outputs \(16,\) and integer targets \(16,\) int64; this loss takes float targets: "
+     r"y.float\(\)$"),
     # a sequence model's (B, T, classes) scores: said "the targets hold class 9, but the model outputs 5 ..."
     (lambda: _train(nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 10)), F.cross_entropy,
                     TensorDataset(Y.view(64, 1).repeat(1, 5), Y.view(64, 1).repeat(1, 5))), ValueError,

@@ -82,7 +82,9 @@ def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str |
         return _outputs_fix(outputs)
     if not (isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor)):
         return None
-    if (fix := _classes_last_fix(outputs, target)) is not None:
+    if (
+        fix := _classes_last_fix(outputs, target) or _integer_target_fix(outputs, target, str(error))
+    ) is not None:
         return fix
     about_target = "target" in str(error).lower()  # beyond that, the tensors tell the case (wordings vary)
     if about_target and outputs.ndim >= 2 and outputs.shape[1] > 1:
@@ -114,6 +116,24 @@ def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str |
         f"scores the model outputs), and {IGNORE_INDEX} marks a sample to ignore; map the labels to "
         f"0..{classes - 1}"
     )
+
+
+def _integer_target_fix(outputs: torch.Tensor, target: torch.Tensor, message: str) -> str | None:
+    """Integer targets of the outputs' own shape that the loss refused: one score per sample given to
+    cross_entropy, or a loss that compares outputs with targets as numbers (BCE); else None."""
+    if target.is_floating_point() or target.shape != outputs.shape:
+        return None
+    out, tgt = tuple(outputs.shape), f"integer targets {tuple(target.shape)} {_name(target.dtype)}"
+    if outputs.ndim == 1 and "class probabilities" in message:
+        return (
+            f"loss_fn got one score per sample {out} and {tgt}, but cross_entropy takes a score per class, "
+            f"({out[0]}, classes): give the model a last layer of one output per class and keep it (no "
+            "squeeze); with one score per sample for a yes/no target, use F.binary_cross_entropy_with_logits "
+            "and y.float()"
+        )
+    if "cast" in message:
+        return f"loss_fn got outputs {out} and {tgt}; this loss takes float targets: y.float()"
+    return None
 
 
 def _classes_last_fix(outputs: torch.Tensor, target: torch.Tensor) -> str | None:
