@@ -112,9 +112,10 @@ def check_training_split(train: Any) -> None:
         raise ValueError("splits.train is empty (the training split); give it at least one sample")
 
 
-def warn_unevaluated_metrics(splits: Splits, metrics: Any) -> None:
-    """A warning when `metrics` are given but no split evaluates them (they run on val and test only)."""
-    if metrics and splits.val is None and splits.test is None:
+def warn_unevaluated_metrics(splits: Splits, metrics: Any, *, warn: bool = True) -> None:
+    """A warning (where `warn`: the main rank) when `metrics` are given but no split evaluates them (fit
+    runs them on val and test only)."""
+    if warn and metrics and splits.val is None and splits.test is None:
         warnings.warn(
             f"fit() computes metrics {sorted(map(str, metrics))} on the val and test splits, and splits has "
             "only train, so fit will not report them: give (train, val) to see them after each epoch (or "

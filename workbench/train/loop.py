@@ -190,11 +190,8 @@ class Trainer:
         self.precision = resolve_precision(self.config.precision, self.device)
         check_can_compile(self.config.compile, self.device)
         self.rank, self.world_size = self.strategy.rank, self.strategy.world_size
-        if self.rank == 0:
-            warn_unevaluated_metrics(self.splits, metrics)
         self.model = self.strategy.wrap(model)  # on the device (a pipeline moves only its stage)
-        # the module the training steps call: compiled with TrainConfig(compile=...), else the model
-        self._step_model = compile_module(self.model, self.config.compile)
+        self._step_model = compile_module(self.model, self.config.compile)  # what steps call: compiled or not
         # inside a launcher's workers: its control (unless given) and its event stream
         self.control, callbacks = supervised_control_and_callbacks(control, callbacks)
         self.progress = progress
@@ -208,6 +205,7 @@ class Trainer:
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
         self.steps_per_epoch, self.total_steps = count_steps(self._loaders, self.config)
         warn_if_warmup_outlasts(self.config.optimizer, self.total_steps, warn=self.strategy.is_main)
+        warn_unevaluated_metrics(self.splits, metrics, warn=self.strategy.is_main)
         # Where the loop stands (steps, epochs, micro-batches of this epoch used): what a checkpoint holds
         self.step = self.epoch = self._position = 0
         self.settings = Settings.of(self.config)  # the lr and clipping in force
