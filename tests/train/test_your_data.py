@@ -415,6 +415,11 @@ def _refusals():
             TypeError,
             r"'vaild' is no split \(did you mean 'valid'\?\); the splits are 'train' \(needed\)",
         ),
+        "a model as the data": (
+            dict(splits=nn.Linear(2, 2)),
+            TypeError,
+            r"^splits is a model \(Linear\), not data: give a workbench Dataset",
+        ),
         "a dict with val twice": (
             dict(splits={"train": data, "val": data, "validation": data}),
             TypeError,

@@ -99,6 +99,8 @@ def as_splits(data: Any, argument: str = "splits") -> Splits:
         parts = (*data, None, None)[:3]
     elif _is_dataset(data):
         parts = (data, None, None)
+    elif isinstance(data, torch.nn.Module):  # its .train() and .training are no splits
+        raise TypeError(f"{argument} is a model ({type(data).__name__}), not data: give {ACCEPTED}")
     elif hasattr(data, "train") or hasattr(data, "training"):
         named = {key: getattr(data, key) for key in (*SPLIT_NAMES, *SPLIT_ALIASES) if hasattr(data, key)}
         parts = _named_parts(named, argument, "an object with the attributes")
