@@ -82,3 +82,23 @@ def test_lines_written_from_two_threads_stay_whole():
         thread.join()
     lines = out.getvalue().splitlines()
     assert sorted(lines) == sorted(f"{name} line {index}" for name in "ab" for index in range(300))
+
+
+def test_another_ranks_lines_inside_a_report_pass_and_the_report_is_still_one_line():
+    """Both ranks' torchrun write to the driver's stream: under load a rank's line lands inside the other's
+    traceback or report (seen in CI), which let the rest of the report through, or swallowed the line."""
+    lost = "workbench: error: rank 0 lost the connection to 127.0.0.1\n"
+    lines = REPORT.splitlines(keepends=True)
+    inside_traceback = "".join([*lines[:3], lost, *lines[3:]])
+    assert (
+        _through(inside_traceback) == lost + "workbench: rank 1's process ended with exit code -9 (SIGKILL)\n"
+    )
+    ended = "workbench: rank 0's process ended with exit code 1\n"
+    inside_report = "".join([*lines[:10], ended, *lines[10:]])
+    assert (
+        _through(inside_report) == ended + "workbench: rank 1's process ended with exit code -9 (SIGKILL)\n"
+    )
+    started = "workbench: rank 0 of 2 runs on node7\n"
+    assert _through("".join([*lines[:3], started, *lines[3:]]), drop_started=True) == (
+        "workbench: rank 1's process ended with exit code -9 (SIGKILL)\n"
+    )

@@ -35,6 +35,7 @@ AGENT_LOG_LINE = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ torch/distributed/elastic/
 # the first line each rank prints: pyspark (4.x) writes a task's first line to the executor's own stderr as
 # well as streaming it to the driver, so on a local master it would show twice
 STARTED = re.compile(r"^workbench: rank \d+ of \d+ runs on ")
+OURS = re.compile(r"^workbench: ")  # a line of ours: never part of torchrun's traceback or report
 # Spark's loggers that repeat a failed task's Python traceback with a Java stack under it
 # TaskContextImpl: "Error in TaskCompletionListener" with a Java stack, when a killed rank's task is torn down
 TASK_FAILURE_LOGGERS = (
@@ -84,6 +85,11 @@ class TorchrunReports:
         return getattr(self.target, name)
 
     def _line(self, line: str) -> None:
+        if OURS.match(line) and (self._report is not None or self._traceback):
+            # another rank's line between the lines of this report (the ranks share the driver's stream)
+            if not (self.drop_started and STARTED.match(line)):
+                self._emit(line)
+            return
         if self._report is not None:
             self._in_report(line)
         elif self._traceback:
