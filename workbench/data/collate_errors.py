@@ -2,9 +2,10 @@
 
 torch says "default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; found <class
 'PIL.Image.Image'>" or "stack expects each tensor to be equal size" from deep inside the DataLoader (or, with
-workers, inside "Caught TypeError in DataLoader worker process 0" and a worker's traceback). `explained`
-wraps a loader's batches and turns those errors into one sentence naming the samples and the fix; an error
-of the user's own dataset or ``collate_fn`` passes untouched.
+workers, inside "Caught TypeError in DataLoader worker process 0" and a worker's traceback, where unequal
+shapes read "Trying to resize storage that is not resizable"). `explained` wraps a loader's batches and turns
+those errors into one sentence naming the samples and the fix; an error of the user's own dataset or
+``collate_fn`` passes untouched. Any failure ends the loader's worker processes at once (`worker_exit`).
 
 Example:
     >>> import torch
@@ -25,16 +26,25 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data._utils.collate import default_collate
 
 from workbench.data.batch import describe_batch
+from workbench.data.worker_exit import end_workers
 
 COLLATE_SOURCE = "_utils/collate.py"  # the file of torch's default_collate, in a traceback
+# What a worker's default collate says of samples of unequal shapes: it sizes a shared-memory batch from
+# the first sample, and resizing it for the others fails before torch.stack could name the shapes.
+UNEQUAL_IN_WORKER = "Trying to resize storage that is not resizable"
 
 
-def explained(loader: DataLoader) -> Iterator[Any]:
-    """The batches of `loader`; a failure of torch's default collate says what to change (ValueError)."""
+def explained(loader: DataLoader, iterator: Iterator[Any] | None = None) -> Iterator[Any]:
+    """The batches of `loader` (from `iterator`, one it started); a failure of torch's default collate says
+    what to change (ValueError). Any error (or an interrupt) ends the loader's worker processes first."""
+    iterator = iter(loader) if iterator is None else iterator
     try:
-        yield from loader
-    except (TypeError, RuntimeError) as error:
-        said = explain_collate_error(loader, error)
+        yield from iterator
+    except GeneratorExit:  # the consumer stopped early: persistent workers stay for the next epoch
+        raise
+    except BaseException as error:
+        end_workers(loader, iterator)
+        said = explain_collate_error(loader, error) if isinstance(error, TypeError | RuntimeError) else None
         if said is None:
             raise
         raise ValueError(said) from error
@@ -54,9 +64,13 @@ def explain_collate_error(loader: DataLoader, error: BaseException) -> str | Non
             "to a tensor in the dataset (torchvision's transforms.PILToTensor() or ToTensor() in its "
             "transform), or give LoaderConfig(collate_fn=...) that builds the batch"
         )
-    if "equal size" in words:
+    if UNEQUAL_IN_WORKER in words:  # a worker's words for unequal shapes: name two samples that differ
+        differ = _unequal_samples(loader) or f"{words}, in a DataLoader worker"
+    else:
+        differ = words if "equal size" in words else None
+    if differ is not None:
         return (
-            f"the dataset's samples differ in shape ({words}): torch's default collate_fn stacks samples of "
+            f"the dataset's samples differ in shape ({differ}): torch's default collate_fn stacks samples of "
             "one shape; pad them in a collate_fn (LoaderConfig(collate_fn=...), e.g. with "
             "torch.nn.utils.rnn.pad_sequence), or crop or resize them in the dataset"
         )
@@ -93,6 +107,22 @@ def _first_sample(loader: DataLoader) -> Any:
         return loader.dataset[0]
     except Exception:  # the user's dataset: showing a sample is a courtesy, its error is not ours to raise
         return None
+
+
+def _unequal_samples(loader: DataLoader) -> str | None:
+    """Two samples of a batch's worth from the start of a map-style dataset that differ, as
+    "samples 0 and 1 are (1,) float32 and (2,) float32", or None when none differ there."""
+    if isinstance(loader.dataset, IterableDataset):
+        return None
+    try:
+        first = describe_batch(loader.dataset[0])
+        for index in range(1, min(len(loader.dataset), loader.batch_size or 1)):
+            other = describe_batch(loader.dataset[index])
+            if other != first:
+                return f"samples 0 and {index} are {first} and {other}"
+    except Exception:  # the user's dataset: as in _first_sample
+        return None
+    return None
 
 
 def _holds_image(sample: Any) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,7 @@ from workbench._validate import check_int, naming_unknown_arguments
 from workbench.data.batched_tensors import already_batched, batched_tensors
 from workbench.data.collate_errors import explained
 from workbench.data.loaders import shard_indices, shard_size
+from workbench.data.worker_exit import end_workers
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,7 @@ class TorchLoader:
         self.length = length
         # a sampler gives every rank the same number of batches; an iterable's shards may differ by one
         self.even_across_ranks = not isinstance(loader.dataset, IterableDataset)
+        self._iterations: weakref.WeakSet = weakref.WeakSet()  # the DataLoader iterators not yet freed
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of `epoch` from the next iteration on (the sampler's or dataset's set_epoch)."""
@@ -282,7 +285,14 @@ class TorchLoader:
         return self.length
 
     def __iter__(self) -> Iterator[Any]:
-        return explained(self.loader)  # torch's default collate failing on the samples: said with the fix
+        iterator = iter(self.loader)
+        self._iterations.add(iterator)
+        return explained(self.loader, iterator)  # torch's default collate failing: said with the fix
+
+    def end_workers(self) -> None:
+        """Stop the worker processes of this loader's iterations now (after a failure: `worker_exit`)."""
+        for iterator in list(self._iterations):
+            end_workers(self.loader, iterator)
 
     def __repr__(self) -> str:
         length = "unknown length" if self.length is None else f"{self.length} batches"

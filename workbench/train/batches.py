@@ -51,6 +51,14 @@ def split_loaders(splits: Splits, config: TrainConfig, strategy: Strategy) -> di
     return loaders
 
 
+def end_workers(loaders: dict[str, Loader]) -> None:
+    """End the DataLoader worker processes of `loaders` now (a fit that failed: `workbench.data.worker_exit`);
+    a later epoch starts new ones."""
+    for loader in loaders.values():
+        if isinstance(loader, TorchLoader):
+            loader.end_workers()
+
+
 def needs_lockstep(loader: Loader, strategy: Strategy) -> bool:
     """True when data ranks may run out of batches at different steps (an iterable dataset's shards),
     so each step must first check that every rank has one."""

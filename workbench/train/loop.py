@@ -36,7 +36,7 @@ from workbench.train.arguments import (
     check_training_split,
     warn_unevaluated_metrics,
 )
-from workbench.train.batches import check_epoch_trained, count_steps, epoch_steps, split_loaders
+from workbench.train.batches import check_epoch_trained, count_steps, end_workers, epoch_steps, split_loaders
 from workbench.train.compilation import check_can_compile, compile_module
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes, Settings, TrainControl
@@ -177,7 +177,7 @@ class Trainer:
         check_arguments(model, config, strategy, callbacks, optimizer_factory)
         self.config = supervised_config(config)  # inside a launcher's workers: Launch(config=...)'s
         self.strategy = strategy if strategy is not None else SingleDevice(self.config.device)
-        self.loss_fn, self.splits = loss_fn, as_splits(splits)
+        self.loss_fn, self.splits, self.progress = loss_fn, as_splits(splits), progress
         check_training_split(self.splits.train)
         self.objective = Objective.for_data(loss_fn, step_fn, metrics, self.splits.train)
         self.strategy.check_objective(self.objective)
@@ -194,7 +194,6 @@ class Trainer:
         self._step_model = compile_module(self.model, self.config.compile)  # what steps call: compiled or not
         # inside a launcher's workers: its control (unless given) and its event stream
         self.control, callbacks = supervised_control_and_callbacks(control, callbacks)
-        self.progress = progress
         if self.run_dir is not None and self.strategy.is_main:
             callbacks.insert(0, MetricsLog(self.run_dir.path))
         self.events = CallbackList(callbacks)
@@ -281,6 +280,7 @@ class Trainer:
             if status == "finished":  # the held-out split once, on the final model: never used to choose
                 self.report.evaluated(self.step, max(self.epoch - 1, 0), "test", self.evaluate("test"))
         except BaseException as error:
+            end_workers(self._loaders)  # now, not when a garbage collection frees this error's traceback
             self.instruments.finish()
             self.report.fit_end((self.step, self.epoch), "failed", error, **self._ending())
             raise
