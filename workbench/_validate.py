@@ -1,4 +1,5 @@
-"""Argument checks that raise ValueError naming the field and what it accepts."""
+"""Argument checks that raise ValueError naming the field and what it accepts (TypeError for a class given
+where an instance belongs)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,23 @@ def check_choice(field: str, value: object, allowed: Iterable[object]) -> None:
     if value not in allowed:
         names = ", ".join(repr(a) for a in allowed)
         raise ValueError(f"{field}={value!r} is not supported; allowed values: {names}")
+
+
+BUILD_THE_MODEL = "build the model first: {name}(...)"  # `refuse_class`'s fix for a model's class
+
+
+def refuse_class(argument: str, value: object, instead: str) -> None:
+    """TypeError when `value` is a class where an instance belongs: "`argument` is the class Name; " and
+    `instead`, the fix, in which ``{name}`` stands for the class's name.
+
+    Example:
+        >>> refuse_class("loss_fn", dict, "give an instance, loss_fn={name}()")
+        Traceback (most recent call last):
+        ...
+        TypeError: loss_fn is the class dict; give an instance, loss_fn=dict()
+    """
+    if isinstance(value, type):
+        raise TypeError(f"{argument} is the class {value.__name__}; " + instead.format(name=value.__name__))
 
 
 def check_int(field: str, value: object, *, minimum: int, maximum: int | None = None) -> int:

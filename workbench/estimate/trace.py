@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from workbench._one_line import error_in_one_line
-from workbench._validate import check_int
+from workbench._validate import BUILD_THE_MODEL, check_int, refuse_class
 from workbench.train.config import OptimizerConfig
 from workbench.train.optim import build_optimizer, plain_tensors
 from workbench.train.precision import autocast_dtype
@@ -170,8 +170,7 @@ def checked_model(model: Any, sample: Any = None) -> None:
         ...
         TypeError: model is the class Linear; build the model first: Linear(...)
     """
-    if isinstance(model, type):
-        raise TypeError(f"model is the class {model.__name__}; build the model first: {model.__name__}(...)")
+    refuse_class("model", model, BUILD_THE_MODEL)
     if isinstance(model, str | bytes):
         raise TypeError(
             f"model must be an nn.Module, a ModelProfile or a parameter count; got the name {model!r}: build "

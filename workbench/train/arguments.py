@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from workbench._validate import BUILD_THE_MODEL, refuse_class
 from workbench.data import Dataset, Splits, split_size
 from workbench.train.config import TrainConfig
 from workbench.train.strategy import StrategyBase
@@ -26,8 +27,7 @@ from workbench.train.strategy import StrategyBase
 
 def check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, optimizer_factory: Any) -> None:
     """TypeError naming the argument, what it got and what it accepts, before anything is built."""
-    if isinstance(model, type) and issubclass(model, torch.nn.Module):
-        raise TypeError(f"model is the class {model.__name__}; build the model first: {model.__name__}(...)")
+    refuse_class("model", model, BUILD_THE_MODEL)
     if not isinstance(model, torch.nn.Module):
         raise TypeError(
             f"model must be a torch.nn.Module, got {type(model).__name__}; wrap a function in an "
@@ -47,11 +47,7 @@ def check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, opti
             f"callbacks must be a list of callbacks (e.g. [plot]), got {type(callbacks).__name__}"
         )
     for index, callback in enumerate(callbacks):
-        if isinstance(callback, type):
-            raise TypeError(
-                f"callbacks[{index}] is the class {callback.__name__}; give an instance: "
-                f"{callback.__name__}()"
-            )
+        refuse_class(f"callbacks[{index}]", callback, "give an instance: {name}()")
         hooks = ("on_fit_start", "on_step", "on_eval", "on_fit_end")
         if not any(callable(getattr(callback, hook, None)) for hook in hooks):
             raise TypeError(

@@ -22,6 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from workbench._validate import refuse_class
+
 TARGET_KEYS = ("labels", "label", "targets", "target", "y")
 
 
@@ -164,10 +166,8 @@ class MeanOverSamples:
 
 def as_metric(name: str, metric: Any, samples_of: Callable[[Any], int]) -> Metric:
     """`metric` as a `Metric`; TypeError naming it when it is neither a function nor a Metric."""
-    if isinstance(metric, type):  # a class passes both checks below, then fails at its first call
-        raise TypeError(
-            f"metrics[{name!r}] is the class {metric.__name__}; give an instance, e.g. {metric.__name__}(...)"
-        )
+    # a class passes both checks below, then fails at its first call
+    refuse_class(f"metrics[{name!r}]", metric, "give an instance, e.g. {name}(...)")
     if isinstance(metric, Metric):
         return metric
     if callable(metric):

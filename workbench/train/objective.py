@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from workbench._validate import refuse_class
 from workbench.data import Dataset, batch_size_of, describe_batch
 from workbench.train.diagnose import (
     BROADCAST_WARNING,
@@ -65,11 +66,8 @@ class Objective:
         *,
         classification: bool | None = None,
     ) -> None:
-        if isinstance(loss_fn, type):
-            raise TypeError(
-                f"loss_fn is the class {loss_fn.__name__}; give an instance, loss_fn={loss_fn.__name__}(), "
-                "or a function such as torch.nn.functional.cross_entropy"
-            )
+        fix = "give an instance, loss_fn={name}(), or a function such as torch.nn.functional.cross_entropy"
+        refuse_class("loss_fn", loss_fn, fix)
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(
                 f"loss_fn must be a function loss_fn(outputs, target) -> scalar tensor (e.g. "
