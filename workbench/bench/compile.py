@@ -5,7 +5,9 @@
 
 For each preset two Trainers start from the same weights (the preset's model and data, training split only,
 so evaluation does not dilute the steps): one eager, one compiled. The compiled one's first fit compiles
-(its seconds come from the Trainer's `compile_report`, apart). Then the two fit one epoch each, alternating,
+(its seconds come from the Trainer's `compile_report`, apart), after ``torch.compiler.reset()``: graphs this
+process compiled before (an earlier preset, a notebook's cells) would be reused, and the compile would read
+0 s; inductor's cache on disk still shortens a compile another process made before. Then the two fit one epoch each, alternating,
 `repeats` times; each fit's seconds per step give the ratio eager / compiled of that repeat (> 1: compiled
 is faster). Printed: the medians, the ratios' median and range, compile seconds, graphs and graph breaks,
 and where the eager step's time goes: the share spent in the libraries' matrix-product, convolution and
@@ -81,6 +83,7 @@ def _compare(name: str, mode: str, repeats: int, epochs: int) -> CompileComparis
         model = copy.deepcopy(experiment.model)  # the same starting weights
         config = experiment.config.replace(compile=variant)
         trainers[variant] = Trainer(model, experiment.loss_fn, splits, config)
+    torch.compiler.reset()  # a compile of its own, whatever this process compiled before
     trainers[mode].fit()  # compiles (and a fit of the eager one, so both are warm)
     report = trainers[mode].compile_report or {}
     trainers["off"].fit()
