@@ -117,3 +117,18 @@ def test_samples_of_unequal_shapes_in_a_worker_name_two_that_differ():
         "int)): torch's default collate_fn stacks samples of one shape; pad them in a collate_fn"
     ), said
     assert "resize storage" in str(raised.value.__cause__)  # torch's own words stay as the cause
+
+
+def test_a_torch_loader_still_pickles_with_an_iteration_running():
+    """`end_workers` keeps a loader's live iterations (weakly); a pickled copy (sent to ranks) leaves them."""
+    import pickle
+
+    from workbench.data import torch_loader
+
+    loader = torch_loader(_Samples(), 8, train=False)
+    batches = iter(loader)
+    next(batches)
+    copy = pickle.loads(pickle.dumps(loader))
+    assert [len(x) for x, _ in copy] == [8, 8, 8, 8]
+    copy.end_workers()  # nothing of the original's to end
+    assert len(list(batches)) == 3

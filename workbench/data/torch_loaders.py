@@ -289,6 +289,12 @@ class TorchLoader:
         self._iterations.add(iterator)
         return explained(self.loader, iterator)  # torch's default collate failing: said with the fix
 
+    def __getstate__(self) -> dict[str, Any]:  # pickled (sent to ranks): its iterations stay in this process
+        return {**self.__dict__, "_iterations": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _iterations=weakref.WeakSet())
+
     def end_workers(self) -> None:
         """Stop the worker processes of this loader's iterations now (after a failure: `worker_exit`)."""
         for iterator in list(self._iterations):
