@@ -9,11 +9,12 @@ so evaluation does not dilute the steps): one eager, one compiled. The compiled 
 process compiled before (an earlier preset, a notebook's cells) would be reused, and the compile would read
 0 s; inductor's cache on disk still shortens a compile another process made before. Then the two fit one
 epoch each, alternating, `repeats` times; each fit's seconds per step give the ratio eager / compiled of that
-repeat (> 1: compiled is faster). Printed: the medians, the ratios' median and range, compile seconds, graphs and graph breaks,
-and where the eager step's time goes: the share spent in the libraries' matrix-product, convolution and
-attention kernels (a torch.profiler run of the eager Trainer, `ProfileResult.library_share`). Compile calls
-those kernels as they are and fuses the rest, so ``1 / library_share`` is the most compiling could gain
-(were everything else free): a ceiling printed beside the speed-up.
+repeat (> 1: compiled is faster). Printed: the medians, the ratios' median and range, compile seconds,
+graphs and graph breaks, and where the eager step's time goes: the share spent in the libraries'
+matrix-product, convolution and attention kernels (a torch.profiler run of the eager Trainer,
+`ProfileResult.library_share`). Compile calls those kernels as they are and fuses the rest, so
+``1 / library_share`` is the most compiling could gain (were everything else free): a ceiling printed beside
+the speed-up.
 """
 
 from __future__ import annotations
