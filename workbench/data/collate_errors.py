@@ -65,7 +65,7 @@ def explain_collate_error(loader: DataLoader, error: BaseException) -> str | Non
             "transform), or give LoaderConfig(collate_fn=...) that builds the batch"
         )
     if UNEQUAL_IN_WORKER in words:  # a worker's words for unequal shapes: name two samples that differ
-        differ = _unequal_samples(loader) or f"{words}, in a DataLoader worker"
+        differ = _unequal_samples(loader, sample) or f"{words}, in a DataLoader worker"
     else:
         differ = words if "equal size" in words else None
     if differ is not None:
@@ -109,13 +109,14 @@ def _first_sample(loader: DataLoader) -> Any:
         return None
 
 
-def _unequal_samples(loader: DataLoader) -> str | None:
-    """Two samples of a batch's worth from the start of a map-style dataset that differ, as
-    "samples 0 and 1 are (1,) float32 and (2,) float32", or None when none differ there."""
-    if isinstance(loader.dataset, IterableDataset):
+def _unequal_samples(loader: DataLoader, first_sample: Any) -> str | None:
+    """Two samples of a batch's worth from the start of a map-style dataset that differ (`first_sample`, from
+    `_first_sample`, against the next ones), as "samples 0 and 1 are (1,) float32 and (2,) float32", or None
+    when none differ there or the dataset gives no samples cheaply."""
+    if first_sample is None:  # an iterable dataset, or one whose first sample failed
         return None
+    first = describe_batch(first_sample)
     try:
-        first = describe_batch(loader.dataset[0])
         for index in range(1, min(len(loader.dataset), loader.batch_size or 1)):
             other = describe_batch(loader.dataset[index])
             if other != first:
