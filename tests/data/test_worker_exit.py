@@ -72,6 +72,27 @@ def test_a_model_that_fails_mid_epoch_ends_the_loader_workers_too(new_processes)
     assert new_processes() == []
 
 
+def test_an_evaluate_that_fails_in_the_model_ends_the_loader_workers(new_processes):
+    """`trainer.evaluate()` called by the user (not from a fit) whose model raises mid-split."""
+
+    class FailsInEval(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            if not self.training:
+                raise RuntimeError("my model's eval bug")
+            return self.layer(x)
+
+    config = TrainConfig(epochs=1, batch_size=4, loader=LoaderConfig(num_workers=2))
+    trainer = Trainer(FailsInEval(), F.cross_entropy, (_Samples(), _Samples()), config)
+    with pytest.raises(RuntimeError, match="my model's eval bug") as raised:
+        trainer.evaluate("val")
+    assert raised.value is not None
+    assert new_processes() == []
+
+
 def test_a_persistent_workers_loader_starts_fresh_workers_after_a_failure(new_processes):
     """The loader's kept iterator is dropped with its workers: the next epoch forks workers that see the
     dataset as it is now (the fixed one), where the kept workers held the copy from before."""

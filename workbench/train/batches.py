@@ -3,6 +3,7 @@ optimizer step."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -51,12 +52,23 @@ def split_loaders(splits: Splits, config: TrainConfig, strategy: Strategy) -> di
     return loaders
 
 
-def end_workers(loaders: dict[str, Loader]) -> None:
+def end_workers(loaders: Iterable[Loader]) -> None:
     """End the DataLoader worker processes of `loaders` now (a fit that failed: `workbench.data.worker_exit`);
     a later epoch starts new ones."""
-    for loader in loaders.values():
+    for loader in loaders:
         if isinstance(loader, TorchLoader):
             loader.end_workers()
+
+
+@contextlib.contextmanager
+def workers_ended_on_error(loader: Loader) -> Iterator[None]:
+    """End `loader`'s DataLoader workers when the block raises (the user's model failed mid-split): now, not
+    at the garbage collection that frees the error's traceback, which waits 5 s a worker."""
+    try:
+        yield
+    except BaseException:
+        end_workers([loader])
+        raise
 
 
 def needs_lockstep(loader: Loader, strategy: Strategy) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from workbench.train.batches import workers_ended_on_error
 from workbench.train.metrics import MetricError
 from workbench.train.objective import Objective
 from workbench.train.precision import Precision
@@ -42,7 +43,7 @@ def evaluate_shard(
     samples = 0
     metric_sums: dict[str, torch.Tensor] | None = None
     counts = strategy.reports_loss
-    with torch.no_grad():
+    with torch.no_grad(), workers_ended_on_error(loader):
         for batch, counted in itertools.chain(((batch, True) for batch in batches), fillers):
             batch = strategy.to_device(batch)
             with precision.autocast():

@@ -280,7 +280,7 @@ class Trainer:
             if status == "finished":  # the held-out split once, on the final model: never used to choose
                 self.report.evaluated(self.step, max(self.epoch - 1, 0), "test", self.evaluate("test"))
         except BaseException as error:
-            end_workers(self._loaders)  # now, not when a garbage collection frees this error's traceback
+            end_workers(self._loaders.values())  # now, not at the gc that frees the traceback
             self.instruments.finish()
             self.report.fit_end((self.step, self.epoch), "failed", error, **self._ending())
             raise
