@@ -5,6 +5,7 @@ import time
 import pytest
 import torch
 from torch.nn import functional
+from torch.utils.data import TensorDataset
 
 from workbench import models
 from workbench.data import ShardedLoader
@@ -457,6 +458,26 @@ def test_a_nan_between_logged_steps_is_caught_at_the_next_one(tmp_path, digits_s
     ):
         trainer.fit()
     assert load_checkpoint(tmp_path / "nan10" / "checkpoint.pt")["step"] == 23
+
+
+def test_a_nan_loss_from_missing_values_in_the_data_names_the_data_not_the_lr():
+    """A table with gaps (NaN in a column, in most rows): the loss is NaN from the first step, and a lower
+    lr (the guard's usual advice) would not help."""
+    x = torch.randn(96, 5)
+    x[::3, 2] = float("nan")  # a third of the rows miss feature 2
+    y = (x[:, 0] > 0).long()
+    config = TrainConfig(epochs=1, batch_size=16, log_every=2)
+    with pytest.raises(NonFiniteLossError) as raised:
+        Trainer(torch.nn.Linear(5, 2), functional.cross_entropy, TensorDataset(x, y), config).fit()
+    said = str(raised.value)
+    assert (
+        "loss became nan in steps 1-2 (checked every log_every), epoch 0: step 2's batch[0] ((16, 5) " in said
+    )
+    assert "float32) holds nan in " in said and " of 80 values;" in said, said
+    assert said.endswith(
+        "Clean the data before training (drop those samples, or fill them: torch.nan_to_num(x))."
+    )
+    assert "lower lr" not in said and "; step 1 had already updated the weights" in said
 
 
 def test_stop_after_an_unchecked_nan_raises_instead_of_saving(tmp_path, digits_splits):

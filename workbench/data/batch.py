@@ -13,7 +13,7 @@ else (strings, numbers, None) is left as it is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -65,6 +65,23 @@ def first_tensor(batch: Any) -> torch.Tensor | None:
             if tensor is not None:
                 return tensor
     return None
+
+
+def named_tensors(batch: Any, name: str = "batch") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor in `batch`, depth first, with where it sits.
+
+    Example:
+        >>> [where for where, _ in named_tensors({"x": torch.zeros(2), "pair": (torch.ones(2), 7)})]
+        ["batch['x']", "batch['pair'][0]"]
+    """
+    if isinstance(batch, torch.Tensor):
+        yield name, batch
+    elif isinstance(batch, Mapping):
+        for key, value in batch.items():
+            yield from named_tensors(value, f"{name}[{key!r}]")
+    elif isinstance(batch, list | tuple):
+        for index, part in enumerate(batch):
+            yield from named_tensors(part, f"{name}[{index}]")
 
 
 def describe_batch(batch: Any) -> str:

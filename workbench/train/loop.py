@@ -351,7 +351,7 @@ class Trainer:
             step_loss = self._forward_backward(*parts, clock)
         if step_loss is None:  # a rank that computes no loss (a pipeline stage before the last)
             step_loss = torch.zeros((), device=self.device)
-        checked_sum = self._check_finite(check, step_loss) if check is not None else None
+        checked_sum = self._check_finite(check, step_loss, group) if check is not None else None
         clock.mark("comm" if self.world_size > 1 else "other")  # the loss summed over ranks (logged steps)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
@@ -382,10 +382,10 @@ class Trainer:
         """What the fit's last event adds: the checkpoint and the compile totals."""
         return {"checkpoint": self.checkpoint, **self.instruments.summary()}
 
-    def _check_finite(self, window: LogWindow, pending: torch.Tensor | None = None) -> float | None:
+    def _check_finite(self, window: LogWindow, pending: torch.Tensor | None = None, group=()) -> float | None:
         """The loss sum since the last check, over ranks (`check_finite`); raises if NaN or infinite."""
         at = dict(step=self.step, epoch=self.epoch, checkpoint=self.checkpoint, settings=self.settings)
-        return check_finite(self.strategy, window, pending, precision=self.config.precision, **at)
+        return check_finite(self.strategy, window, pending, group, precision=self.config.precision, **at)
 
     def _start(self, resume: bool | str | os.PathLike) -> None:
         """Where a fit starts: from scratch (seeded), or where the checkpoint `resume` names left off."""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from workbench.data.batch import describe_batch, named_tensors
 from workbench.train.control import Settings
 from workbench.train.log_window import LogWindow
 from workbench.train.strategy import Strategy
@@ -38,8 +41,10 @@ def non_finite_message(
     lr: float,
     clip_norm: float,
     precision: str,
+    bad_data: str | None = None,
 ) -> str:
-    """What `NonFiniteLossError` says: where the loss went bad, what was kept, what to try.
+    """What `NonFiniteLossError` says: where the loss went bad, what was kept, what to try (the data, when
+    `bad_data` says the step's batch holds NaN or inf: `non_finite_data`; else the lr, clipping, precision).
 
     Example:
         >>> message = non_finite_message(
@@ -56,28 +61,61 @@ def non_finite_message(
         if checkpoint is not None
         else "no checkpoint was written before it"
     )
-    hints = [f"a lower lr (now {lr:g})"]
-    if not clip_norm:
-        hints.append("clipping (clip_norm)")
-    if precision != "fp32":
-        hints.append("precision='fp32'")
     if first == last:
         memory = f"the model in memory holds the weights after step {last - 1}"
     else:  # the steps before the check already updated the weights, possibly from a non-finite loss
+        before = f"step {first}" if first == last - 1 else f"steps {first}-{last - 1}"
         memory = (
-            f"steps {first}-{last - 1} had already updated the weights, so the model in memory may hold "
-            "non-finite values"
+            f"{before} had already updated the weights, so the model in memory may hold non-finite values"
         )
+    data = f": step {last}'s {bad_data}" if bad_data is not None else ""
+    if bad_data is not None:
+        fix = "Clean the data before training (drop those samples, or fill them: torch.nan_to_num(x))."
+    else:
+        hints = [f"a lower lr (now {lr:g})"]
+        if not clip_norm:
+            hints.append("clipping (clip_norm)")
+        if precision != "fp32":
+            hints.append("precision='fp32'")
+        fix = "Try " + " or ".join(hints) + "."
     return (
-        f"training loss became {value} {where}, epoch {epoch}; training stopped before the optimizer "
-        f"step of step {last}; {memory}; {kept}. Try " + " or ".join(hints) + "."
+        f"training loss became {value} {where}, epoch {epoch}{data}; training stopped before the optimizer "
+        f"step of step {last}; {memory}; {kept}. {fix}"
     )
+
+
+def non_finite_data(batches: Iterable[Any]) -> str | None:
+    """Where `batches` (a step's micro-batches) first hold NaN or inf, or None when they are finite.
+
+    Example:
+        >>> x = torch.tensor([[1.0, float("nan")], [2.0, 3.0]])
+        >>> non_finite_data([(x, torch.tensor([0, 1]))])
+        'batch[0] ((2, 2) float32) holds nan in 1 of 4 values'
+    """
+    for batch in batches:
+        for where, tensor in named_tensors(batch):
+            if not tensor.is_floating_point():
+                continue
+            finite = torch.isfinite(tensor)
+            if bool(finite.all()):
+                continue
+            kinds = [
+                kind
+                for kind, present in (("nan", tensor.isnan().any()), ("inf", tensor.isinf().any()))
+                if present
+            ]
+            count, total = int((~finite).sum()), tensor.numel()
+            return (
+                f"{where} ({describe_batch(tensor)}) holds {' and '.join(kinds)} in {count} of {total} values"
+            )
+    return None
 
 
 def check_finite(
     strategy: Strategy,
     window: LogWindow,
     pending: torch.Tensor | None,
+    batches: Iterable[Any] = (),
     *,
     step: int,
     epoch: int,
@@ -87,7 +125,8 @@ def check_finite(
 ) -> float | None:
     """The loss sum of `window`'s steps since the last check, plus `pending` (the running step's), averaged
     over ranks in one sync; None when there is nothing to check. Raises `NonFiniteLossError` when it is NaN
-    or infinite, saying where (`step`: steps done before `pending`), what was kept and what to try."""
+    or infinite, saying where (`step`: steps done before `pending`), what was kept and what to try: the data
+    when `batches` (the running step's) hold NaN or inf."""
     total = window.loss_sum_with(pending)
     if total is None:
         return None
@@ -95,5 +134,8 @@ def check_finite(
     if not math.isfinite(value):
         first, last = step - window.steps + 1, step + (1 if pending is not None else 0)
         state = dict(epoch=epoch, checkpoint=checkpoint, lr=settings.lr, clip_norm=settings.clip_norm)
-        raise NonFiniteLossError(non_finite_message(value, first, last, precision=precision, **state))
+        bad_data = non_finite_data(batches)
+        raise NonFiniteLossError(
+            non_finite_message(value, first, last, precision=precision, bad_data=bad_data, **state)
+        )
     return value
