@@ -94,20 +94,17 @@ def non_finite_data(batches: Iterable[Any]) -> str | None:
     """
     for batch in batches:
         for where, tensor in named_tensors(batch):
-            if not tensor.is_floating_point():
+            try:  # on the error path only: a tensor torch cannot test (nested, sparse) is passed over
+                bad = ~torch.isfinite(tensor) if tensor.is_floating_point() else None
+                count = 0 if bad is None else int(bad.sum())
+            except (RuntimeError, NotImplementedError):
                 continue
-            finite = torch.isfinite(tensor)
-            if bool(finite.all()):
-                continue
-            kinds = [
-                kind
-                for kind, present in (("nan", tensor.isnan().any()), ("inf", tensor.isinf().any()))
-                if present
-            ]
-            count, total = int((~finite).sum()), tensor.numel()
-            return (
-                f"{where} ({describe_batch(tensor)}) holds {' and '.join(kinds)} in {count} of {total} values"
-            )
+            if count:
+                tests = (("nan", torch.isnan), ("inf", torch.isinf))
+                kinds = " and ".join(kind for kind, test in tests if bool(test(tensor).any()))
+                return (
+                    f"{where} ({describe_batch(tensor)}) holds {kinds} in {count} of {tensor.numel()} values"
+                )
     return None
 
 
