@@ -334,6 +334,15 @@ def test_f1_from_sums_over_parts_equals_f1_of_the_whole():
 # ---------------------------------------------------------------------------- refusals
 
 
+def _table(x, y):
+    """The tensors as the table a user read from a CSV file: one column per feature and a label column."""
+    import pandas as pd
+
+    table = pd.DataFrame(x.numpy(), columns=[f"f{i}" for i in range(x.shape[1])])
+    table["label"] = y.numpy()
+    return table
+
+
 def _refusals():
     x, y = _tensors()
     data = TensorDataset(x, y)
@@ -405,6 +414,27 @@ def _refusals():
             r"got a list of \(tuple, tuple, tuple, tuple\)\. A list of 240 samples is one dataset: stack",
         ),
         "a number as splits": (dict(splits=3), TypeError, r"splits must be a workbench Dataset.*got int"),
+        "a pandas DataFrame as splits": (
+            dict(splits=_table(x, y)),
+            TypeError,
+            r"^splits is a pandas DataFrame \(240, 7\), whose \[\] picks columns, not samples: make "
+            r"tensors of its features and targets, TensorDataset\(torch\.tensor\(df\[features\]",
+        ),
+        "DataFrames as (train, val)": (
+            dict(splits=(_table(x, y), _table(x, y))),
+            TypeError,
+            r"got a tuple of \(DataFrame, DataFrame\)\. Each split is a pandas DataFrame \(240, 7\), whose",
+        ),
+        "a DataFrame as a dict's split": (
+            dict(splits={"train": _table(x, y)}),
+            TypeError,
+            r"splits\.train must be a dataset .*; got a pandas DataFrame \(240, 7\), whose \[\] picks",
+        ),
+        "a generator as splits": (
+            dict(splits=(pair for pair in zip(x, y, strict=True))),
+            TypeError,
+            r"got a generator, which can be read only once\. Wrap the code that makes it in an IterableData",
+        ),
         "a dict without train": (
             dict(splits={"val": data}),
             TypeError,

@@ -4,7 +4,7 @@ shapes users bring (one dataset, a ``random_split`` tuple, a dict, an object wit
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,8 @@ def as_splits(data: Any, argument: str = "splits") -> Splits:
         ...
         TypeError: splits must be ...; got a tuple of (Tensor, Tensor). ...TensorDataset(x, y)
     """
+    if (table := _table(data)) is not None:
+        raise TypeError(f"{argument} is {table}")
     if isinstance(data, Splits):
         parts = (data.train, data.val, data.test)
     elif isinstance(data, Mapping):
@@ -104,6 +106,12 @@ def as_splits(data: Any, argument: str = "splits") -> Splits:
     elif hasattr(data, "train") or hasattr(data, "training"):
         named = {key: getattr(data, key) for key in (*SPLIT_NAMES, *SPLIT_ALIASES) if hasattr(data, key)}
         parts = _named_parts(named, argument, "an object with the attributes")
+    elif isinstance(data, Iterator):  # a generator: read once, and every epoch must read the data again
+        raise TypeError(
+            f"{argument} must be {ACCEPTED}; got a {type(data).__name__}, which can be read only once. Wrap "
+            "the code that makes it in an IterableDataset whose __iter__ starts it again each epoch: "
+            "class Samples(torch.utils.data.IterableDataset): def __iter__(self): yield from your_generator()"
+        )
     else:
         raise TypeError(f"{argument} must be {ACCEPTED}; got {type(data).__name__}")
     for name, part in zip(SPLIT_NAMES, parts, strict=True):
@@ -147,13 +155,29 @@ def _is_dataset(value: Any) -> bool:
     """A workbench Dataset, a torch Dataset or DataLoader, or a duck-typed map-style dataset."""
     if isinstance(value, Dataset | torch.utils.data.Dataset | DataLoader):
         return True
-    if isinstance(value, torch.Tensor | str | bytes | Mapping | tuple | list):
+    if isinstance(value, torch.Tensor | str | bytes | Mapping | tuple | list) or _table(value) is not None:
         return False
     return hasattr(value, "__getitem__") and hasattr(value, "__len__")
 
 
+def _table(value: Any) -> str | None:
+    """A pandas or polars table (its [] picks columns, not samples: no dataset), described with the fix; or
+    None."""
+    library = type(value).__module__.split(".")[0]
+    if library not in ("pandas", "polars") or not hasattr(value, "shape"):
+        return None
+    return (
+        f"a {library} {type(value).__name__} {tuple(value.shape)}, whose [] picks columns, not samples: make "
+        "tensors of its features and targets, TensorDataset(torch.tensor(df[features].to_numpy(), "
+        "dtype=torch.float32), torch.tensor(df[target].to_numpy()))"
+    )
+
+
 def _hint(data: tuple | list) -> str:
     """What a tuple or list that is not (train, val, test) most likely is, and how to pass it."""
+    tables = [table for table in map(_table, data[:3]) if table is not None]
+    if tables:
+        return f". Each split is {tables[0]}"
     if any(type(part).__name__ == "Tensor" for part in data[:3]):
         return ". Tensors of features and targets: wrap them as torch.utils.data.TensorDataset(x, y)"
     if len(data) > 3 or any(isinstance(part, tuple | list) for part in data):
@@ -176,6 +200,8 @@ def _features_and_targets(data: tuple | list) -> bool:
 
 def _split_kind(part: Any) -> str:
     """What a split that is not a dataset is, and for arrays of features and targets how to wrap them."""
+    if (table := _table(part)) is not None:
+        return table
     if not (isinstance(part, tuple | list) and part and all(hasattr(array, "shape") for array in part)):
         return _kind(part)
     kinds = ", ".join(_kind(array) for array in part)
