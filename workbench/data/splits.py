@@ -109,8 +109,8 @@ def as_splits(data: Any, argument: str = "splits") -> Splits:
     elif isinstance(data, Iterator):  # a generator: read once, and every epoch must read the data again
         raise TypeError(
             f"{argument} must be {ACCEPTED}; got a {type(data).__name__}, which can be read only once. Wrap "
-            "the code that makes it in an IterableDataset whose __iter__ starts it again each epoch: "
-            "class Samples(torch.utils.data.IterableDataset): def __iter__(self): yield from your_generator()"
+            "the code that makes it in an IterableDataset whose __iter__ starts it again each epoch (a class "
+            "Samples(torch.utils.data.IterableDataset) with def __iter__(self): yield from your_generator())"
         )
     else:
         raise TypeError(f"{argument} must be {ACCEPTED}; got {type(data).__name__}")
