@@ -68,10 +68,11 @@ def non_finite_message(
         memory = (
             f"{before} had already updated the weights, so the model in memory may hold non-finite values"
         )
-    data = f": step {last}'s {bad_data}" if bad_data is not None else ""
     if bad_data is not None:
+        data = f": step {last}'s {bad_data}"
         fix = "Clean the data before training (drop those samples, or fill them: torch.nan_to_num(x))."
     else:
+        data = ""
         hints = [f"a lower lr (now {lr:g})"]
         if not clip_norm:
             hints.append("clipping (clip_norm)")
@@ -94,9 +95,10 @@ def non_finite_data(batches: Iterable[Any]) -> str | None:
     """
     for batch in batches:
         for where, tensor in named_tensors(batch):
+            if not tensor.is_floating_point():
+                continue
             try:  # on the error path only: a tensor torch cannot test (nested, sparse) is passed over
-                bad = ~torch.isfinite(tensor) if tensor.is_floating_point() else None
-                count = 0 if bad is None else int(bad.sum())
+                count = int((~torch.isfinite(tensor)).sum())
             except (RuntimeError, NotImplementedError):
                 continue
             if count:
