@@ -1,6 +1,7 @@
 """Your own data and models under DDP and FSDP on 2 gloo ranks (launch): the torch path gives the same
 parameters as the in-memory path, a DataLoader is re-sharded, an iterable dataset steps in lockstep, and
-the metrics reported are exactly those of the whole split (evaluated again in one process)."""
+the metrics reported (ours and torchmetrics') are exactly those of the whole split (evaluated again in one
+process)."""
 
 from __future__ import annotations
 
@@ -154,7 +155,10 @@ def test_fsdp_trains_a_model_that_computes_its_own_loss_and_reports_exact_metric
     x, y = _tensors()
     model = ComputesItsLoss()
     data = (Records(x[:150], y[:150]), Records(x[150:], y[150:]))  # val: 53 samples, shards 27 and 26
-    extra = {"metrics": {"f1": F1(CLASSES)}}
+    from torchmetrics.classification import MulticlassF1Score  # as a Lightning user brings it
+
+    torchmetrics_f1 = MulticlassF1Score(num_classes=CLASSES, average="macro")
+    extra = {"metrics": {"f1": F1(CLASSES), "torchmetrics_f1": torchmetrics_f1}}
     steps, metrics = launch(
         _fit,
         RANKS,
@@ -170,6 +174,7 @@ def test_fsdp_trains_a_model_that_computes_its_own_loss_and_reports_exact_metric
     assert metrics["val"]["loss"] == pytest.approx(out["loss"].item(), rel=1e-5)
     assert metrics["val"]["accuracy"] == pytest.approx((predicted == y[150:]).float().mean().item())
     assert metrics["val"]["f1"] == pytest.approx(f1_score(y[150:], predicted, average="macro"))
+    assert metrics["val"]["torchmetrics_f1"] == pytest.approx(metrics["val"]["f1"])  # summed over both ranks
 
 
 def test_namespace_splits_work_under_ddp():

@@ -15,6 +15,7 @@ weighted by the batch's samples) or an object with ``sums(outputs, batch) -> 1-D
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -168,12 +169,39 @@ def as_metric(name: str, metric: Any, samples_of: Callable[[Any], int]) -> Metri
     """`metric` as a `Metric`; TypeError naming it when it is neither a function nor a Metric."""
     # a class passes both checks below, then fails at its first call
     refuse_class(f"metrics[{name!r}]", metric, "give an instance, e.g. {name}(...)")
+    from workbench.train import summed_states  # it reads torchmetrics' types, when torchmetrics is in use
+
+    if summed_states.is_torchmetrics(metric):
+        return summed_states.SummedStates(name, metric)
+    if summed_states.is_torchmetrics_collection(metric):
+        raise TypeError(
+            f"metrics[{name!r}] is a MetricCollection: give its metrics one by one, each under its own name: "
+            "metrics=dict(collection.items())"
+        )
     if isinstance(metric, Metric):
         return metric
     if callable(metric):
+        _check_arguments(name, metric)
         return MeanOverSamples(metric, samples_of)
     raise TypeError(
         f"metrics[{name!r}] must be a function (outputs, batch) -> float, or an object with "
         f"sums(outputs, batch) and compute(totals) (e.g. workbench.train.metrics.F1); got "
         f"{type(metric).__name__}"
     )
+
+
+def _check_arguments(name: str, fn: Callable[..., Any]) -> None:
+    """TypeError naming `fn`'s parameters when it cannot be called as ``fn(outputs, batch)``."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: its first call says
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        shown = getattr(fn, "__name__", type(fn).__name__)
+        raise TypeError(
+            f"metrics[{name!r}] is {shown}{signature}, and a metric function is called as "
+            "fn(outputs, batch): the model's outputs and the whole batch, e.g. lambda outputs, batch: "
+            "(outputs.argmax(1) == batch[1]).float().mean()"
+        ) from None
