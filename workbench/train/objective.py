@@ -172,8 +172,8 @@ class Objective:
             )
         with torch.no_grad():
             for name, metric in self.metrics.items():
-                try:  # under no_grad: nothing reaches the graph; computed as evaluation does, on the host
-                    metric.compute(metric.sums(outputs, batch).detach().to("cpu", torch.float64))
+                try:
+                    metric.sums(outputs, batch)  # under no_grad: nothing reaches the graph
                 except Exception as error:  # the user's code: name the metric, keep its error as the cause
                     raise MetricError(
                         f"metrics[{name!r}] failed on the first training batch, before any step (it runs on "

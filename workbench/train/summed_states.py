@@ -67,8 +67,12 @@ class SummedStates:
         metric.reset()
         metric.update(predictions, targets)
         values = [getattr(metric, state) for state in self.states]
+        first = self.layout is None
         self.layout = [(state, v.shape, v.dtype) for state, v in zip(self.states, values, strict=True)]
-        return torch.cat([value.detach().reshape(-1).to(torch.float64) for value in values])
+        sums = torch.cat([value.detach().reshape(-1).to(torch.float64) for value in values])
+        if first:  # one number? said at the first batch (the Trainer's check), not at the end of an epoch
+            self.compute(sums)
+        return sums
 
     def compute(self, totals: torch.Tensor) -> float:
         metric = self._on(totals.device)
