@@ -1,10 +1,13 @@
 """torchmetrics metrics given as they are (`metrics={"f1": MulticlassF1Score(...)}`), as a Lightning user
 brings them: the Trainer reports what the metric gives over the whole split at once (its summed states added
 over batches, and over ranks in tests/parallel/test_your_data_parallel.py); one whose states grow, one that
-gives several numbers, a MetricCollection and a function of the wrong arity are refused with the fix before
+gives several numbers, a MetricCollection, a function of the wrong arity and scikit-learn's (y_true, y_pred)
+functions are refused with the fix before
 any step."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -78,8 +81,15 @@ def test_a_regression_metric_reads_the_outputs_against_float_targets():
             r"^metrics\['m'\] is <lambda>\(outputs\), and a metric function is called as "
             r"fn\(outputs, batch\)",
         ),
+        (
+            lambda: __import__("sklearn.metrics").metrics.f1_score,
+            r"^metrics\['m'\] is scikit-learn's f1_score\(y_true, y_pred, ...\), and a metric function is "
+            r"called as fn\(outputs, batch\): wrap it, lambda outputs, batch: f1_score\(batch\[-1\].cpu\(\), "
+            r"outputs.argmax\(-1\).cpu\(\)\)\. .* for F1, precision or recall give "
+            r"workbench.train.metrics.F1\(num_classes\) or a torchmetrics metric$",
+        ),
     ],
-    ids=["growing states", "collection", "one argument"],
+    ids=["growing states", "collection", "one argument", "scikit-learn"],
 )
 def test_what_cannot_be_added_over_batches_is_refused_where_the_trainer_is_built(metric, said):
     with pytest.raises(TypeError, match=said):
@@ -99,3 +109,16 @@ def test_a_metric_that_gives_one_number_per_class_is_refused_before_any_step():
     ):
         trainer.fit()
     assert trainer.step == 0
+
+
+def test_the_wrapped_scikit_learn_function_the_refusal_prints_trains():
+    from sklearn.metrics import accuracy_score
+
+    with pytest.raises(TypeError, match=r"wrap it, lambda outputs, batch: ") as refused:
+        Trainer(nn.Linear(6, 3), F.cross_entropy, (TensorDataset(X, Y),) * 2, CONFIG,
+                metrics={"acc": accuracy_score})  # fmt: skip
+    wrapped = eval(re.search(r"wrap it, (lambda outputs, batch: .*?\)\))\. That", str(refused.value))[1])
+    result = Trainer(
+        nn.Linear(6, 3), F.cross_entropy, (TensorDataset(X, Y),) * 2, CONFIG, metrics={"acc": wrapped}
+    ).fit()
+    assert result.metrics["val"]["acc"] == pytest.approx(result.metrics["val"]["accuracy"])

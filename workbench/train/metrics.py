@@ -192,6 +192,14 @@ def as_metric(name: str, metric: Any, samples_of: Callable[[Any], int]) -> Metri
 
 def _check_arguments(name: str, fn: Callable[..., Any]) -> None:
     """TypeError naming `fn`'s parameters when it cannot be called as ``fn(outputs, batch)``."""
+    if getattr(fn, "__module__", "").startswith("sklearn.metrics"):  # (y_true, y_pred): labels, not a batch
+        raise TypeError(
+            f"metrics[{name!r}] is scikit-learn's {fn.__name__}(y_true, y_pred, ...), and a metric "
+            "function is called as fn(outputs, batch): wrap it, lambda outputs, batch: "
+            f"{fn.__name__}(batch[-1].cpu(), outputs.argmax(-1).cpu()). That averages over batches by their "
+            "samples, exact for accuracy; for F1, precision or recall give workbench.train.metrics.F1("
+            "num_classes) or a torchmetrics metric"
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature: its first call says
