@@ -117,7 +117,8 @@ def test_the_wrapped_scikit_learn_function_the_refusal_prints_trains():
     with pytest.raises(TypeError, match=r"wrap it, lambda outputs, batch: ") as refused:
         Trainer(nn.Linear(6, 3), F.cross_entropy, (TensorDataset(X, Y),) * 2, CONFIG,
                 metrics={"acc": accuracy_score})  # fmt: skip
-    wrapped = eval(re.search(r"wrap it, (lambda outputs, batch: .*?\)\))\. That", str(refused.value))[1])
+    printed = re.search(r"wrap it, (lambda outputs, batch: .*?\)\))\. That", str(refused.value))[1]
+    wrapped = eval(printed, {"accuracy_score": accuracy_score})  # pasted where the user imported it
     result = Trainer(
         nn.Linear(6, 3), F.cross_entropy, (TensorDataset(X, Y),) * 2, CONFIG, metrics={"acc": wrapped}
     ).fit()

@@ -192,7 +192,8 @@ def as_metric(name: str, metric: Any, samples_of: Callable[[Any], int]) -> Metri
 
 def _check_arguments(name: str, fn: Callable[..., Any]) -> None:
     """TypeError naming `fn`'s parameters when it cannot be called as ``fn(outputs, batch)``."""
-    if getattr(fn, "__module__", "").startswith("sklearn.metrics"):  # (y_true, y_pred): labels, not a batch
+    module = getattr(fn, "__module__", None) or ""  # None for a lambda made by exec or eval
+    if module.startswith("sklearn.metrics"):  # (y_true, y_pred): labels, not a batch
         raise TypeError(
             f"metrics[{name!r}] is scikit-learn's {fn.__name__}(y_true, y_pred, ...), and a metric "
             "function is called as fn(outputs, batch): wrap it, lambda outputs, batch: "
