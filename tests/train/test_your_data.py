@@ -470,6 +470,12 @@ def _refusals():
             TypeError,
             r"config must be a TrainConfig.*TrainConfig\(\*\*that_dict\)",
         ),
+        "val split where the config goes": (
+            dict(config=TensorDataset(x[:8], y[:8])),
+            TypeError,
+            r"config must be a TrainConfig or None, got TensorDataset: the splits go together, as the third "
+            r"argument: Trainer\(model, loss_fn, \(train, val\), config\)",
+        ),
         "strategy class": (
             dict(strategy=PipelineParallel),
             TypeError,

@@ -35,6 +35,9 @@ def check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, opti
         )
     if config is not None and not isinstance(config, TrainConfig):
         hint = " (build it with TrainConfig(**that_dict))" if isinstance(config, dict) else ""
+        if isinstance(config, torch.utils.data.Dataset | torch.utils.data.DataLoader | Dataset):
+            together = "Trainer(model, loss_fn, (train, val), config)"
+            hint = f": the splits go together, as the third argument: {together}"
         raise TypeError(f"config must be a TrainConfig or None, got {type(config).__name__}{hint}")
     if strategy is not None and not isinstance(strategy, StrategyBase):
         hint = " (an instance, e.g. DataParallel(), not the class)" if isinstance(strategy, type) else ""
@@ -116,17 +119,18 @@ def warn_unevaluated_metrics(splits: Splits, metrics: Any, *, warn: bool = True)
             f"fit() computes metrics {sorted(map(str, metrics))} on the val and test splits, and splits has "
             "only train, so fit will not report them: give (train, val) to see them after each epoch (or "
             "call trainer.evaluate('train'))",
-            stacklevel=3,
+            stacklevel=4,  # the Trainer's caller (past its keyword wrapper)
         )
 
 
-def check_device(config: TrainConfig, device: torch.device) -> None:
-    """ValueError when ``config.device`` names another device than the strategy trains on."""
+def check_device(config: TrainConfig, device: torch.device) -> torch.device:
+    """`device`, the strategy's; ValueError when ``config.device`` names another one."""
     if config.device not in ("auto", device.type):
         raise ValueError(
             f"config.device={config.device!r} but the strategy trains on {device}; use device='auto' with a "
             "distributed strategy"
         )
+    return device
 
 
 def check_resume(resume: object) -> None:

@@ -64,6 +64,7 @@ from workbench.train.run_record import RunRecord
 from workbench.train.step_time import NO_CLOCK, Clock, clocked_forward_backward
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
 from workbench.train.supervision import supervised_config, supervised_control_and_callbacks
+from workbench.train.trainer_keywords import explaining_unknown_keywords
 
 __all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "StepFn", "Trainer"]
 
@@ -120,8 +121,8 @@ class Trainer:
         config: a `TrainConfig` (``config.loader`` sets DataLoader workers, pinning, collate_fn).
         step_fn: ``step_fn(model, batch) -> loss`` or ``-> (loss, outputs)`` for batches of any structure
             (dicts, nested); only with ``loss_fn=None``. Evaluation uses it too.
-        metrics: name → ``fn(outputs, batch) -> float`` (or a `workbench.train.metrics.Metric` such as
-            ``F1``), evaluated on val/test, exact over ranks; accuracy is added for classification.
+        metrics: name → ``fn(outputs, batch) -> float``, a `Metric` such as ``F1`` or a torchmetrics metric,
+            evaluated on val/test, exact over ranks; accuracy is added for classification.
         callbacks: receivers of the loop's events (dashboards, loggers, progress bars).
         control: a `TrainControl` through which another thread pauses, stops or changes lr/clipping
             (under a launcher, its control unless given here: see `workbench.train.supervision`).
@@ -156,6 +157,7 @@ class Trainer:
         8
     """
 
+    @explaining_unknown_keywords  # optimizer=, scheduler=, epochs=...: what was meant, and the line to write
     def __init__(
         self,
         model: torch.nn.Module,
@@ -185,8 +187,7 @@ class Trainer:
         self.run, self.run_dir = run, RunDir.named(run, runs_dir) if run is not None else None
         self.strategy.bind()
         self.strategy.validate(model, self.config)
-        self.device = self.strategy.device
-        check_device(self.config, self.device)
+        self.device = check_device(self.config, self.strategy.device)
         self.precision = resolve_precision(self.config.precision, self.device)
         check_can_compile(self.config.compile, self.device)
         self.rank, self.world_size = self.strategy.rank, self.strategy.world_size

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import inspect
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
 from workbench._validate import refuse_class
-
-TARGET_KEYS = ("labels", "label", "targets", "target", "y")
+from workbench.train import summed_states
+from workbench.train.predictions import logits_of, targets_of
 
 
 class MetricError(ValueError):
@@ -39,36 +39,6 @@ class Metric(Protocol):
     def sums(self, outputs: Any, batch: Any) -> torch.Tensor: ...
 
     def compute(self, totals: torch.Tensor) -> float: ...
-
-
-def logits_of(outputs: Any) -> torch.Tensor | None:
-    """The prediction tensor in a model's outputs: the tensor itself, ``.logits`` or ``["logits"]``."""
-    if isinstance(outputs, torch.Tensor):
-        return outputs
-    if isinstance(outputs, Mapping):
-        return outputs.get("logits")
-    logits = getattr(outputs, "logits", None)
-    return logits if isinstance(logits, torch.Tensor) else None
-
-
-def targets_of(batch: Any) -> torch.Tensor | None:
-    """The targets in a batch: the last element of a tuple/list, or a dict's ``labels``/``targets``/``y``."""
-    if isinstance(batch, Mapping):
-        for key in TARGET_KEYS:
-            if isinstance(batch.get(key), torch.Tensor):
-                return batch[key]
-        return None
-    if isinstance(batch, tuple | list) and batch and isinstance(batch[-1], torch.Tensor):
-        return batch[-1]
-    return None
-
-
-def is_classification(outputs: Any, batch: Any) -> bool:
-    """True when the outputs are class scores for integer targets: ``(..., classes)`` against ``(...)``."""
-    logits, targets = logits_of(outputs), targets_of(batch)
-    if logits is None or targets is None or targets.is_floating_point() or targets.dtype == torch.bool:
-        return False
-    return logits.ndim == targets.ndim + 1 and logits.shape[:-1] == targets.shape
 
 
 class Accuracy:
@@ -169,8 +139,6 @@ def as_metric(name: str, metric: Any, samples_of: Callable[[Any], int]) -> Metri
     """`metric` as a `Metric`; TypeError naming it when it is neither a function nor a Metric."""
     # a class passes both checks below, then fails at its first call
     refuse_class(f"metrics[{name!r}]", metric, "give an instance, e.g. {name}(...)")
-    from workbench.train import summed_states  # it reads torchmetrics' types, when torchmetrics is in use
-
     if summed_states.is_torchmetrics(metric):
         return summed_states.SummedStates(name, metric)
     if summed_states.is_torchmetrics_collection(metric):

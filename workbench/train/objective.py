@@ -41,7 +41,8 @@ from workbench.train.diagnose import (
     raise_explained,
     shape_mismatch,
 )
-from workbench.train.metrics import Accuracy, Metric, MetricError, as_metric, is_classification
+from workbench.train.metrics import Accuracy, Metric, MetricError, as_metric
+from workbench.train.predictions import is_classification
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 StepFn = Callable[[torch.nn.Module, Any], Any]

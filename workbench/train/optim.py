@@ -105,7 +105,7 @@ def warn_if_warmup_outlasts(config: OptimizerConfig, total_steps: int | None, *,
         f"ends at {reached:.2g}, never lr={config.lr:g}; lower warmup_steps ({tenth} is 10% of the steps) "
         "or train for more epochs"
     )
-    warnings.warn(message, UserWarning, stacklevel=3)
+    warnings.warn(message, UserWarning, stacklevel=4)  # the Trainer's caller (past its keyword wrapper)
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, scaler: Any, lr: float) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from workbench.train.metrics import logits_of, targets_of
+from workbench.train.predictions import logits_of, targets_of
 
 
 def is_torchmetrics(metric: Any) -> bool:

@@ -1,0 +1,146 @@
+"""What a keyword the Trainer does not take was meant to be, said instead of Python's "unexpected keyword
+argument": peers' habits (``optimizer=torch.optim.Adam(...)``, ``scheduler=``, ``max_epochs=``,
+``train_dataset=``, ``accelerator=``) and the fields of the configs, with the line to write.
+
+    >>> print(unknown_keyword("epochs", 3, ["config", "metrics"], has_config=False))
+    Trainer() takes no argument epochs: epochs is in TrainConfig; write config=TrainConfig(epochs=3)
+    >>> print(unknown_keyword("learning_rate", 0.01, ["config", "metrics"], has_config=True))
+    Trainer() takes no argument learning_rate: learning_rate is OptimizerConfig's lr; write config=config.replace(optimizer={'lr': 0.01})
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from workbench.data import LoaderConfig
+from workbench.train.choices import OPTIMIZERS
+from workbench.train.config import PEERS_NAMES, OptimizerConfig, TrainConfig
+
+OPTIMIZER_NAMES = ("optimizer", "optimizers", "optim", "opt")
+SCHEDULE_NAMES = ("scheduler", "lr_scheduler", "lr_schedulers", "schedulers")
+DATA_NAMES = (
+    "train_dataset", "train_data", "train_dataloader", "train_dataloaders", "train_loader", "dataset",
+    "data", "datamodule", "val_dataset", "eval_dataset", "valid_dataset", "val_dataloaders", "val_loader",
+    "test_dataset",
+)  # fmt: skip
+DEVICE_NAMES = ("accelerator", "gpus", "devices", "num_gpus")
+LOADER_ALIASES = {"workers": "num_workers", "pin": "pin_memory"}
+
+
+def explaining_unknown_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """`init` (the Trainer's ``__init__``) refusing a keyword it lacks with `unknown_keyword`'s TypeError."""
+    accepted = [name for name in inspect.signature(init).parameters if name != "self"]
+
+    @functools.wraps(init)
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
+        unknown = [name for name in kwargs if name not in accepted]
+        if unknown:
+            has_config = len(args) >= 4 or kwargs.get("config") is not None
+            raise TypeError(unknown_keyword(unknown[0], kwargs[unknown[0]], accepted, has_config=has_config))
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+def unknown_keyword(name: str, value: Any, accepted: list[str], *, has_config: bool) -> str:
+    """The sentence that says what `name`=`value` given to the Trainer was meant to be, and what to write."""
+    said = f"Trainer() takes no argument {name}"
+    if name in OPTIMIZER_NAMES:
+        return (
+            f"{said}: it builds the optimizer itself, on the parameters it trains (DDP and FSDP wrap them "
+            f"first); write {_optimizer_fix(value, has_config)}"
+        )
+    if name in SCHEDULE_NAMES:
+        example = _config_line({"optimizer": {"schedule": "cosine", "warmup_steps": 100}}, has_config)
+        return (
+            f"{said}: the lr schedule is OptimizerConfig's schedule ('constant', 'cosine' or 'linear', to 0 "
+            f"at the last step) after warmup_steps of linear warm-up; write {example}"
+        )
+    if name in DATA_NAMES:
+        return (
+            f"{said}: the data is the third argument, splits: Trainer(model, loss_fn, (train, val), config) "
+            "(or {'train': ..., 'val': ..., 'test': ...}; each a Dataset or a DataLoader)"
+        )
+    if name in DEVICE_NAMES:
+        return (
+            f"{said}: the device is TrainConfig's device ('auto': the GPU when there is one); write "
+            f"{_config_line({'device': 'cuda'}, has_config)}; for several GPUs, run it under launch(...) or "
+            "`workbench torchrun` with strategy=DataParallel()"
+        )
+    meant = PEERS_NAMES.get(name, LOADER_ALIASES.get(name, name))
+    lives = f"{name} is {{}}'s {meant}" if meant != name else f"{name} is in {{}}"
+    if meant in _fields(TrainConfig):
+        return f"{said}: {lives.format('TrainConfig')}; write {_config_line({meant: value}, has_config)}"
+    if meant in _fields(OptimizerConfig):
+        line = _config_line({"optimizer": {meant: value}}, has_config)
+        return f"{said}: {lives.format('OptimizerConfig')}; write {line}"
+    if meant in _fields(LoaderConfig):
+        line = _config_line({"loader": f"LoaderConfig({meant}={value!r})"}, has_config)
+        return f"{said}: {lives.format('LoaderConfig')}; write {line}"
+    close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
+    guess = f"; did you mean {close[0]}=?" if close else ""
+    return f"{said}{guess}; it takes {', '.join(accepted)}"
+
+
+def _optimizer_fix(value: Any, has_config: bool) -> str:
+    """The line that gives the Trainer the optimizer `value` describes (an instance, a class or a name)."""
+    kind = value if isinstance(value, type) else type(value)
+    if isinstance(value, str) and value.lower() in OPTIMIZERS:
+        return _config_line({"optimizer": {"name": value.lower()}}, has_config)
+    if isinstance(value, OptimizerConfig):
+        return _config_line({"optimizer": _changed(dataclasses.asdict(value))}, has_config)
+    if not issubclass(kind, torch.optim.Optimizer):
+        line = _config_line({"optimizer": {"name": "adam", "lr": 1e-3}}, has_config)
+        factory = "optimizer_factory=lambda params, cfg: torch.optim.RMSprop(params, lr=cfg.lr)"
+        return f"{line}, or for another optimizer {factory}"
+    settings = getattr(value, "defaults", {}) if isinstance(value, torch.optim.Optimizer) else {}
+    if kind.__name__.lower() in OPTIMIZERS:
+        return _config_line({"optimizer": _changed({**settings, "name": kind.__name__.lower()})}, has_config)
+    lr = f"{settings['lr']!r}" if "lr" in settings else "cfg.lr"
+    name = kind.__name__
+    path = f"torch.optim.{name}" if getattr(torch.optim, name, None) is kind else name
+    return f"optimizer_factory=lambda params, cfg: {path}(params, lr={lr})"
+
+
+def _changed(settings: dict[str, Any]) -> dict[str, Any]:
+    """The name and the OptimizerConfig fields in `settings` that differ from that optimizer's defaults, in
+    the order OptimizerConfig lists them."""
+    default = OptimizerConfig(name=settings["name"])
+    fields = [field.name for field in dataclasses.fields(OptimizerConfig)]
+    kept = {
+        key: settings[key] for key in fields if key in settings and settings[key] != getattr(default, key)
+    }
+    return {"name": settings["name"], **kept}
+
+
+def _config_line(changes: dict[str, Any], has_config: bool) -> str:
+    """``config=TrainConfig(...)``, or ``config=config.replace(...)`` when the Trainer was given a config;
+    an ``optimizer`` dict of OptimizerConfig fields is written as OptimizerConfig(...) or a replace's dict."""
+    parts = []
+    for key, change in changes.items():
+        if key == "optimizer" and isinstance(change, dict):
+            if has_config:
+                parts.append(f"optimizer={change!r}")
+                continue
+            settings = dict(change)
+            name = settings.pop("name", "adam")
+            inside = ", ".join([repr(name), *(f"{k}={v!r}" for k, v in settings.items())])
+            parts.append(f"optimizer=OptimizerConfig({inside})")
+        else:
+            parts.append(f"{key}={change}" if key in ("loader", "optimizer") else f"{key}={change!r}")
+    return (
+        f"config=config.replace({', '.join(parts)})"
+        if has_config
+        else f"config=TrainConfig({', '.join(parts)})"
+    )
+
+
+def _fields(kind: type) -> set[str]:
+    return {field.name for field in dataclasses.fields(kind)}
