@@ -163,6 +163,9 @@ CASES = [
     # fit's arguments and data that yields nothing
     (lambda: Trainer(nn.Linear(10, 10), F.cross_entropy, DATA, CONFIG).fit(resume=1), TypeError,
      r"resume must be True \(this run's checkpoint\), False, or a checkpoint's path; got int 1"),
+    (lambda: Trainer(nn.Linear(10, 10), F.cross_entropy, DATA, CONFIG).fit(nn.Linear(10, 10)), TypeError,
+     r"^fit\(\) got Linear as resume: the model and the data are the Trainer's, given once to "
+     r"Trainer\(model, loss_fn, splits, config\); call trainer.fit\(\)"),  # Lightning's trainer.fit(model)
     (lambda: _fit(data=_Nothing(), config=TrainConfig(optimizer=OptimizerConfig(schedule="constant"))),
      ValueError, r"the training data gave no batch in epoch 1, so nothing was trained"),
     # metrics that do not fit the model (F1 of 2 classes on 10 gave a number before)

@@ -135,6 +135,12 @@ def check_device(config: TrainConfig, device: torch.device) -> torch.device:
 
 def check_resume(resume: object) -> None:
     """TypeError unless `resume` is what ``fit(resume=...)`` takes."""
+    if isinstance(resume, torch.nn.Module | torch.utils.data.Dataset | torch.utils.data.DataLoader | Dataset):
+        raise TypeError(
+            f"fit() got {type(resume).__name__} as resume: the model and the data are the Trainer's, given "
+            "once to Trainer(model, loss_fn, splits, config); call trainer.fit() (resume=True continues this "
+            "run's checkpoint)"
+        )
     if not isinstance(resume, bool | str | os.PathLike):
         raise TypeError(
             f"resume must be True (this run's checkpoint), False, or a checkpoint's path; got "
