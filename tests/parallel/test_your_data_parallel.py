@@ -5,6 +5,7 @@ process)."""
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -198,3 +199,54 @@ def test_a_pipeline_refuses_batches_of_several_inputs_with_the_fix():
     ):
         launch(_fit, RANKS, args=(model, TensorDataset(x, x, y), _config(epochs=1)), model=model,
                strategy=PipelineParallel(), threads_per_process=1)  # fmt: skip
+
+
+class WithAuxiliaryHead(nn.Module):
+    """A model whose auxiliary head the loss never reaches (DDP waits for its gradients forever)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.head, self.aux = nn.Linear(FEATURES, 16), nn.Linear(16, CLASSES), nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+
+def test_parameters_without_a_gradient_under_ddp_are_named_and_the_printed_strategy_trains():
+    """DDP's "Expected to have finished reduction in the prior iteration" (a page naming indices and a
+    DistributedDataParallel keyword the user never passes) is one sentence naming the parameters; the
+    strategy it prints trains the same model."""
+    from workbench.parallel import DataParallel, WorkerFailed
+
+    x, y = _tensors()
+    data = (TensorDataset(x[:160], y[:160]), TensorDataset(x[160:], y[160:]))
+    model = WithAuxiliaryHead()
+    with pytest.raises(WorkerFailed) as failed:
+        launch(_fit, RANKS, args=(model, data, _config(epochs=1)), model=model, threads_per_process=1)
+    said = str(failed.value).splitlines()[0]
+    assert re.match(
+        r"rank [01] of 2 failed: ValueError: the model's parameters aux.weight, aux.bias got no gradient "
+        r"from the last step's loss, and DDP all-reduces every parameter's gradient in each step: if they "
+        r"serve on some steps only \(a branch, an auxiliary head\), give strategy=DataParallel\(",
+        said,
+    ), said
+    printed = said.split("give strategy=")[1].split(";")[0]
+    aux_before = model.aux.weight.detach().clone()
+    steps, metrics = launch(
+        _fit, RANKS, args=(model, data, _config(epochs=1)), model=model, threads_per_process=1,
+        strategy=eval(printed, {"DataParallel": DataParallel}),
+    )  # fmt: skip
+    assert steps == 10 and metrics["val"]["accuracy"] > 0
+    torch.testing.assert_close(model.aux.weight, aux_before)  # the head the loss never reached is unchanged
+
+
+def test_the_names_torch_distributed_debug_detail_prints_are_read_too():
+    from workbench.train.diagnose import explain_model_error
+
+    error = RuntimeError(
+        "Expected to have finished reduction in the prior iteration before starting a new one. ...\n"
+        "Parameters which did not receive grad for rank 1: aux.bias, aux.weight"
+    )
+    said = explain_model_error(WithAuxiliaryHead(), torch.zeros(2, FEATURES), error)
+    assert said.startswith("the model's parameters aux.bias, aux.weight got no gradient from the last step's")

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Any, NoReturn
 
 import torch
@@ -29,6 +30,8 @@ IGNORE_INDEX = -100  # cross_entropy's and nll_loss's default: a target that cou
 def explain_model_error(model: torch.nn.Module, inputs: Any, error: BaseException) -> str | None:
     """One sentence on why ``model(inputs)`` raised `error`, or None when the case is not recognised."""
     message = str(error)
+    if "Expected to have finished reduction in the prior iteration" in message:
+        return _unused_parameters(model, message)
     if "Expected more than 1 value per channel when training" in message:
         return (
             f"a BatchNorm layer got a batch of 1 sample while training ({_describe(inputs)}): an epoch's "
@@ -292,6 +295,27 @@ def raise_explained(error: BaseException, explained: str | None, prefix: str = "
     if explained is None:
         raise error
     raise ValueError(prefix + explained) from error
+
+
+def _unused_parameters(model: torch.nn.Module, message: str) -> str:
+    """DDP's "Expected to have finished reduction" (at the step after one whose loss left parameters without
+    a gradient) as the parameters' names and the two fixes."""
+    module = getattr(model, "_orig_mod", model)  # TrainConfig(compile=...): the compiled DDP
+    module = getattr(module, "module", module)  # DDP's own indices count its module's trained parameters
+    names = [name for name, parameter in module.named_parameters() if parameter.requires_grad]
+    indices = re.search(r"Parameter indices which did not receive grad for rank \d+: ([\d ]+)", message)
+    named = re.search(r"Parameters which did not receive grad for rank \d+: (.+)", message)  # DEBUG=DETAIL
+    if indices is not None:
+        unused = [names[int(i)] if int(i) < len(names) else f"#{i}" for i in indices[1].split()]
+    else:
+        unused = named[1].strip().split(", ") if named is not None else ["some"]
+    shown = ", ".join(unused[:6]) + (f" and {len(unused) - 6} more" if len(unused) > 6 else "")
+    return (
+        f"the model's parameters {shown} got no gradient from the last step's loss, and DDP all-reduces "
+        "every parameter's gradient in each step: if they serve on some steps only (a branch, an auxiliary "
+        "head), give strategy=DataParallel(find_unused_parameters=True); if never, freeze them "
+        "(p.requires_grad_(False)) or leave them out of the model"
+    )
 
 
 def _parameter_dtype(model: torch.nn.Module) -> torch.dtype | None:

@@ -22,13 +22,19 @@ class DataParallel(DistributedStrategy):
     all ranks, and lets only rank 0 write checkpoints and the metrics log.
 
     Args:
+        find_unused_parameters: for a model whose loss leaves some parameters without a gradient on some
+            steps (a branch, an auxiliary head): DDP then finds them after each forward (a walk of the
+            graph per step), instead of waiting for their gradients forever.
         sync_control: see `DistributedStrategy` (`launch` turns it on).
     """
 
     name = "data parallel"
 
-    def __init__(self, *, sync_control: bool = False) -> None:
+    def __init__(self, *, find_unused_parameters: bool = False, sync_control: bool = False) -> None:
         super().__init__(sync_control=sync_control)
+        if not isinstance(find_unused_parameters, bool):
+            raise TypeError(f"find_unused_parameters must be True or False, got {find_unused_parameters!r}")
+        self.find_unused_parameters = find_unused_parameters
         self._buckets = BucketTimes()
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -37,7 +43,10 @@ class DataParallel(DistributedStrategy):
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         # gradients live in the all-reduce buckets (no copy in and out of them each step)
         ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=device_ids, gradient_as_bucket_view=True
+            model,
+            device_ids=device_ids,
+            gradient_as_bucket_view=True,
+            find_unused_parameters=self.find_unused_parameters,
         )
         ddp.register_comm_hook(self._buckets, timed_allreduce_hook)
         return ddp
