@@ -11,12 +11,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
-def check_choice(field: str, value: object, allowed: Iterable[object]) -> None:
-    """Raise ValueError unless `value` is one of `allowed`."""
+def check_choice(
+    field: str, value: object, allowed: Iterable[object], meant: Mapping[object, object] | None = None
+) -> None:
+    """Raise ValueError unless `value` is one of `allowed`; `meant` maps other libraries' names for a value
+    (Lightning's ``"bf16-mixed"``) to the allowed one the message then says to write."""
     allowed = list(allowed)
     if value not in allowed:
         names = ", ".join(repr(a) for a in allowed)
-        raise ValueError(f"{field}={value!r} is not supported; allowed values: {names}")
+        said = f"{field}={value!r} is not supported; allowed values: {names}"
+        if meant is not None and isinstance(value, str | int) and value in meant:
+            said += f"; for {value!r} write {field}={meant[value]!r}"
+        raise ValueError(said)
 
 
 BUILD_THE_MODEL = "build the model first: {name}(...)"  # `refuse_class`'s fix for a model's class

@@ -87,3 +87,12 @@ def test_config_round_trips_through_a_dict():
 def test_replace_changes_optimizer_fields_from_a_dict():
     config = TrainConfig().replace(epochs=2, optimizer={"lr": 0.5})
     assert config.epochs == 2 and config.optimizer.lr == 0.5 and config.optimizer.name == "adam"
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"), [("bf16-mixed", "bf16"), ("16-mixed", "fp16"), (16, "fp16"), ("no", "fp32")]
+)
+def test_lightnings_and_accelerates_precision_names_say_ours(given, meant):
+    with pytest.raises(ValueError, match=f"; for {given!r} write precision={meant!r}$"):
+        TrainConfig(precision=given)
+    assert TrainConfig(precision=meant).precision == meant  # what the message says to write is taken

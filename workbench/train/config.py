@@ -140,7 +140,7 @@ class TrainConfig:
         check_int("batch_size", self.batch_size, minimum=1, maximum=MAX_BATCH_SIZE)
         if not isinstance(self.optimizer, OptimizerConfig):
             raise ValueError(_optimizer_fix(self.optimizer))
-        check_choice("precision", self.precision, PRECISIONS)
+        check_choice("precision", self.precision, PRECISIONS, PEERS_PRECISIONS)
         _check_number("clip_norm", self.clip_norm, at_least=0)
         _check_number("clip_value", self.clip_value, at_least=0)
         check_int("accumulate", self.accumulate, minimum=1)
@@ -223,6 +223,12 @@ PEERS_NAMES = {
     "max_grad_norm": "clip_norm",
     "gradient_clip_val": "clip_norm",
     "mixed_precision": "precision",
+}
+# Lightning's and Accelerate's names for our precisions (autocast ones: "bf16-true" casts the weights)
+PEERS_PRECISIONS: dict[object, str] = {
+    **{"bf16-mixed": "bf16", "bfloat16": "bf16"},
+    **{"16-mixed": "fp16", "16": "fp16", 16: "fp16", "float16": "fp16"},
+    **{"32-true": "fp32", "32": "fp32", 32: "fp32", "no": "fp32", "float32": "fp32"},
 }
 naming_unknown_arguments(TrainConfig, {"optimizer": OptimizerConfig, "loader": LoaderConfig}, PEERS_NAMES)
 naming_unknown_arguments(OptimizerConfig, {"": TrainConfig}, PEERS_NAMES)
