@@ -67,8 +67,8 @@ def test_a_regression_metric_reads_the_outputs_against_float_targets():
     [
         (
             lambda: classification.BinaryAUROC(),
-            r"^metrics\['m'\] \(BinaryAUROC\) keeps its states preds, target by dim_zero_cat, not by summing "
-            r"them, so the Trainer cannot add them up over batches and ranks: give it thresholds=200 \(its "
+            r"^metrics\['m'\] \(BinaryAUROC\) keeps its states preds, target with dist_reduce_fx=cat, not "
+            r"'sum', so the Trainer cannot add them up over batches and ranks: give it thresholds=200 \(its "
             r"curve then sums in 200 bins\), or a function fn\(outputs, batch\) -> float$",
         ),
         (

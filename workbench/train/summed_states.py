@@ -42,13 +42,13 @@ class SummedStates:
         reductions = getattr(metric, "_reductions", None)  # torchmetrics' dist_reduce_fx per state
         if not isinstance(reductions, dict) or not reductions:
             raise TypeError(f"metrics[{name!r}] ({type(metric).__name__}) has no states this version reads")
-        growing = [state for state, reduce in reductions.items() if _name_of(reduce) != "dim_zero_sum"]
+        growing = [state for state, reduce in reductions.items() if _name_of(reduce) != "sum"]
         if growing:
             binned = "thresholds=200 (its curve then sums in 200 bins), " if _takes_thresholds(metric) else ""
             raise TypeError(
-                f"metrics[{name!r}] ({type(metric).__name__}) keeps its states {', '.join(growing)} by "
-                f"{', '.join(sorted({_name_of(reductions[state]) for state in growing}))}, not by summing "
-                "them, so the Trainer cannot add them up over batches and ranks: give it "
+                f"metrics[{name!r}] ({type(metric).__name__}) keeps its states {', '.join(growing)} with "
+                f"dist_reduce_fx={'/'.join(sorted({_name_of(reductions[state]) for state in growing}))}, not "
+                "'sum', so the Trainer cannot add them up over batches and ranks: give it "
                 f"{binned}or a function fn(outputs, batch) -> float"
             )
         self.name, self.metric, self.states = name, metric, list(reductions)
@@ -102,7 +102,9 @@ class SummedStates:
 
 
 def _name_of(reduce: Any) -> str:
-    return getattr(reduce, "__name__", None) or repr(reduce)
+    """torchmetrics' name for a state's reduction: 'cat' for its dim_zero_cat, None for none."""
+    name = getattr(reduce, "__name__", None)
+    return name.removeprefix("dim_zero_") if isinstance(name, str) else repr(reduce)
 
 
 def _takes_thresholds(metric: Any) -> bool:
