@@ -114,3 +114,30 @@ def test_the_printed_line_pasted_trains_with_the_optimizer_that_was_meant(given_
     for setting in ("lr", "momentum", "nesterov", "weight_decay"):
         assert built.defaults[setting] == mine.defaults[setting], setting
     assert trainer.fit().status == "finished"
+
+
+@pytest.mark.parametrize(
+    ("attribute", "here"),
+    [
+        ("validate", "trainer.evaluate('val') evaluates the val split"),
+        ("test", "trainer.evaluate('test') evaluates the test split"),
+        (
+            "predict",
+            "the trained model is the one you gave: model.eval(), then model(x) under torch.no_grad()",
+        ),
+        ("global_step", "trainer.step counts the optimizer steps taken"),
+    ],
+)
+def test_another_trainers_method_says_what_stands_for_it_here(attribute, here):
+    trainer = Trainer(MODEL, F.cross_entropy, (DATA, DATA), CONFIG)
+    with pytest.raises(
+        AttributeError, match=f"^'Trainer' object has no attribute '{attribute}': "
+    ) as missing:
+        getattr(trainer, attribute)
+    assert here in str(missing.value)
+    what_stands = here.split(" ")[0].removeprefix("trainer.").split("(")[0]
+    if what_stands in ("evaluate", "step"):
+        assert hasattr(trainer, what_stands)  # what it names is there
+    assert not hasattr(trainer, "no_such_thing")  # any other attribute is missing as before
+    with pytest.raises(AttributeError, match=r"^'Trainer' object has no attribute 'no_such_thing'$"):
+        trainer.no_such_thing  # noqa: B018

@@ -64,7 +64,7 @@ from workbench.train.run_record import RunRecord
 from workbench.train.step_time import NO_CLOCK, Clock, clocked_forward_backward
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
 from workbench.train.supervision import supervised_config, supervised_control_and_callbacks
-from workbench.train.trainer_keywords import explaining_unknown_keywords
+from workbench.train.trainer_keywords import PeersAttributes, explaining_unknown_keywords
 
 __all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "StepFn", "Trainer"]
 
@@ -106,7 +106,7 @@ class FitResult:
         return cls(status, step, epoch, seconds, train_loss, metrics, checkpoint)
 
 
-class Trainer:
+class Trainer(PeersAttributes):
     """Trains `model` on the training split, evaluating on val after each epoch and on test once, when the
     fit finishes (not when it is stopped: the test split judges the final model, never a choice on the way).
 

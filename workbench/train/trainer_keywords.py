@@ -1,6 +1,7 @@
 """What a keyword the Trainer does not take was meant to be, said instead of Python's "unexpected keyword
 argument": peers' habits (``optimizer=torch.optim.Adam(...)``, ``scheduler=``, ``max_epochs=``,
-``train_dataset=``, ``accelerator=``) and the fields of the configs, with the line to write.
+``train_dataset=``, ``accelerator=``) and the fields of the configs, with the line to write; and the
+peers' methods and attributes it lacks (``trainer.validate()``, ``trainer.global_step``), with its own.
 
     >>> print(unknown_keyword("epochs", 3, ["config", "metrics"], has_config=False))
     Trainer() takes no argument epochs: epochs is in TrainConfig; write config=TrainConfig(epochs=3)
@@ -32,6 +33,32 @@ DATA_NAMES = (
 )  # fmt: skip
 DEVICE_NAMES = ("accelerator", "gpus", "devices", "num_gpus")
 LOADER_ALIASES = {"workers": "num_workers", "pin": "pin_memory"}
+
+
+PEERS_ATTRIBUTES = {  # Lightning's (and Hugging Face's) Trainer attributes, and what stands for them here
+    "validate": "trainer.evaluate('val') evaluates the val split (fit does after each epoch)",
+    "test": "trainer.evaluate('test') evaluates the test split (fit does once, when it finishes)",
+    "predict": "the trained model is the one you gave: model.eval(), then model(x) under torch.no_grad()",
+    "train": "trainer.fit() trains (fit(resume=True) continues the run's checkpoint)",
+    "global_step": "trainer.step counts the optimizer steps taken",
+    "current_epoch": "trainer.epoch is the epoch the loop is at",
+    "max_epochs": "trainer.config.epochs",
+    "callback_metrics": "fit() returns them: result.metrics, or read_metrics(run directory) for each step",
+    "logged_metrics": "fit() returns them: result.metrics, or read_metrics(run directory) for each step",
+    "save_checkpoint": "Trainer(..., run='name') saves runs/name/checkpoint.pt after each epoch "
+    "(TrainConfig(checkpoint_every=...)); trainer.checkpoint is its path",
+    "optimizers": "trainer.optimizer",
+    "lr_schedulers": "trainer.config.optimizer.schedule; the lr now: trainer.optimizer.param_groups[0]['lr']",
+}
+
+
+class PeersAttributes:
+    """A missing attribute that another trainer has (``trainer.validate``) says what stands for it here."""
+
+    def __getattr__(self, name: str) -> Any:
+        here = PEERS_ATTRIBUTES.get(name)
+        said = f"{type(self).__name__!r} object has no attribute {name!r}"
+        raise AttributeError(f"{said}: {here}" if here else said, name=name, obj=self)
 
 
 def explaining_unknown_keywords(init: Callable[..., None]) -> Callable[..., None]:
