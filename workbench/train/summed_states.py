@@ -16,6 +16,7 @@ torchmetrics is not a dependency: these run only on a metric of yours, so it is 
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
@@ -108,8 +109,6 @@ def _name_of(reduce: Any) -> str:
 
 
 def _takes_thresholds(metric: Any) -> bool:
-    import inspect
-
     try:
         return "thresholds" in inspect.signature(type(metric)).parameters
     except (TypeError, ValueError):
