@@ -52,14 +52,29 @@ def two_hosts():
 
 
 def _in(host: str, command: list[str], cwd: Path) -> subprocess.Popen:
+    """`command` on `host`, what it prints going to ``cwd/<host>.out`` (`_printed`): two hosts' pipes read
+    one after the other could fill the second's, and stall its rank while the first's agent waits for it."""
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
-    return subprocess.Popen(
-        ["ip", "netns", "exec", host, *command],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+    with (cwd / f"{host}.out").open("wb") as out:
+        node = subprocess.Popen(
+            ["ip", "netns", "exec", host, *command], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    node.output = cwd / f"{host}.out"
+    return node
+
+
+def _printed(node: subprocess.Popen) -> str:
+    return node.output.read_text(errors="replace")
+
+
+def _wait(node: subprocess.Popen, nodes: list[subprocess.Popen], timeout_s: float) -> str:
+    """What `node` printed once it ended; on a timeout, the failure shows what every host printed."""
+    try:
+        node.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        shown = "\n--- next host ---\n".join(_printed(other)[-3000:] for other in nodes)
+        pytest.fail(f"{node.output.stem} had not ended after {timeout_s} s; each host printed:\n{shown}")
+    return _printed(node)
 
 
 def test_the_printed_command_trains_on_two_hosts_whose_name_resolves_to_loopback(two_hosts, tmp_path):
@@ -74,7 +89,7 @@ def test_the_printed_command_trains_on_two_hosts_whose_name_resolves_to_loopback
     assert printed.returncode == 0, printed.stderr
     nodes = [_in(host, ["bash", "-c", printed.stdout], tmp_path) for host in (host_a, host_b)]
     try:
-        outputs = [node.communicate(timeout=180)[0].decode() for node in nodes]
+        outputs = [_wait(node, nodes, 180) for node in nodes]
     finally:
         for node in nodes:
             node.kill()
@@ -158,7 +173,7 @@ def test_a_cut_network_stops_both_hosts_within_the_collective_timeout_with_one_l
         cut = time.monotonic()
         outputs, ended = [], []
         for node in nodes:
-            outputs.append(node.communicate(timeout=120)[0].decode())
+            outputs.append(_wait(node, nodes, 120))
             ended.append(time.monotonic() - cut)
     finally:
         for node in nodes:
