@@ -226,10 +226,10 @@ PEERS_NAMES = {
 }
 # Lightning's and Accelerate's names for our precisions (autocast ones: "bf16-true" casts the weights)
 PEERS_PRECISIONS: dict[object, str] = {
-    **{"bf16-mixed": "bf16", "bfloat16": "bf16"},
-    **{"16-mixed": "fp16", "16": "fp16", 16: "fp16", "float16": "fp16"},
-    **{"32-true": "fp32", "32": "fp32", 32: "fp32", "no": "fp32", "float32": "fp32"},
-}
+    "bf16-mixed": "bf16", "bfloat16": "bf16",
+    "16-mixed": "fp16", "16": "fp16", 16: "fp16", "float16": "fp16",
+    "32-true": "fp32", "32": "fp32", 32: "fp32", "no": "fp32", "float32": "fp32",
+}  # fmt: skip
 naming_unknown_arguments(TrainConfig, {"optimizer": OptimizerConfig, "loader": LoaderConfig}, PEERS_NAMES)
 naming_unknown_arguments(OptimizerConfig, {"": TrainConfig}, PEERS_NAMES)
 

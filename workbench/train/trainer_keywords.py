@@ -22,7 +22,7 @@ import torch
 
 from workbench.data import LoaderConfig
 from workbench.train.choices import OPTIMIZERS
-from workbench.train.config import PEERS_NAMES, OptimizerConfig, TrainConfig
+from workbench.train.config import PEERS_NAMES, OptimizerConfig, TrainConfig, _fields
 
 OPTIMIZER_NAMES = ("optimizer", "optimizers", "optim", "opt")
 SCHEDULE_NAMES = ("scheduler", "lr_scheduler", "lr_schedulers", "schedulers")
@@ -82,7 +82,7 @@ def unknown_keyword(name: str, value: Any, accepted: list[str], *, has_config: b
     if name in OPTIMIZER_NAMES:
         return (
             f"{said}: it builds the optimizer itself, on the parameters it trains (DDP and FSDP wrap them "
-            f"first); write {_optimizer_fix(value, has_config)}"
+            f"first); write {_optimizer_line(value, has_config)}"
         )
     if name in SCHEDULE_NAMES:
         example = _config_line({"optimizer": {"schedule": "cosine", "warmup_steps": 100}}, has_config)
@@ -116,7 +116,7 @@ def unknown_keyword(name: str, value: Any, accepted: list[str], *, has_config: b
     return f"{said}{guess}; it takes {', '.join(accepted)}"
 
 
-def _optimizer_fix(value: Any, has_config: bool) -> str:
+def _optimizer_line(value: Any, has_config: bool) -> str:
     """The line that gives the Trainer the optimizer `value` describes (an instance, a class or a name)."""
     kind = value if isinstance(value, type) else type(value)
     if isinstance(value, str) and value.lower() in OPTIMIZERS:
@@ -167,7 +167,3 @@ def _config_line(changes: dict[str, Any], has_config: bool) -> str:
         if has_config
         else f"config=TrainConfig({', '.join(parts)})"
     )
-
-
-def _fields(kind: type) -> set[str]:
-    return {field.name for field in dataclasses.fields(kind)}
