@@ -43,7 +43,7 @@ def test_split_points_name_where_stages_begin():
         ({"split_points": ["head", "block0"]}, transformer, {}, r"must name distinct layers in model order"),
         ({"split_points": ["embed"]}, transformer, {}, r"split point 'embed' is the first layer"),
         ({"split_points": []}, transformer, {}, r"make 1 stages, fewer than the 2 ranks"),
-        ({}, lambda: models.linear(3), {}, r"splits an nn.Sequential at its top-level layers; got Linear"),
+        ({}, lambda: models.linear(3), {}, r"got Linear, which has no layers to put on different ranks"),
         ({}, lambda: nn.Sequential(nn.Linear(2, 2)), {}, r"has 1 top-level layers, too few for 2 stages"),
         ({}, transformer, {"precision": "fp16"}, r"precision='fp16' is not supported with pipeline parallel"),
         ({"microbatches": 1}, transformer, {}, r"schedule='1f1b' needs at least one micro-batch per stage"),
@@ -52,6 +52,31 @@ def test_split_points_name_where_stages_begin():
 def test_pipeline_refuses(options, model, config, match):
     with pytest.raises(ValueError, match=match):
         PipelineParallel(**options).validate(model(), TrainConfig(**config), world_size=2)
+
+
+class _Encoder(nn.Module):
+    """A model of the user's own class: children applied one after the other in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
+        self.head = nn.Linear(64, 2)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+def test_a_model_of_your_own_class_is_refused_with_the_sequential_to_give_and_that_one_pipelines():
+    model = _Encoder()
+    with pytest.raises(ValueError, match="got _Encoder, whose children are encoder") as refused:
+        PipelineParallel().validate(model, TrainConfig(), world_size=2)
+    written = str(refused.value).split("give ", 1)[1].split(" (", 1)[0]
+    assert written == "nn.Sequential(*model.encoder, model.head)"
+    sequential = eval(written, {"nn": nn, "model": model})  # the line the user pastes
+    PipelineParallel().validate(sequential, TrainConfig(), world_size=2)
+    assert PipelineParallel().stage_names(sequential, 2) == [["0", "1"], ["2", "3", "4"]]
+    x = torch.randn(5, 20)
+    assert torch.equal(sequential(x), model(x))  # the same layers, so the same parameters and outputs
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from torch import nn
 
 from workbench._validate import check_choice, check_int
 from workbench.parallel.strategies.distributed import DistributedStrategy, average_gradients
-from workbench.parallel.strategies.pipeline_split import MicrobatchLoss, balanced_starts
+from workbench.parallel.strategies.pipeline_split import MicrobatchLoss, as_sequential, balanced_starts
 from workbench.parallel.strategies.stage_timeline import StageTimeline
 from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
@@ -146,10 +146,7 @@ class PipelineParallel(DistributedStrategy):
         """The top-level layer names of each stage, from `split_points` or balanced by parameter count."""
         check_int("stages", stages, minimum=1)
         if not isinstance(model, nn.Sequential):
-            raise ValueError(
-                f"pipeline parallel splits an nn.Sequential at its top-level layers; got "
-                f"{type(model).__name__}. Build the model as nn.Sequential (e.g. models.transformer_lm)"
-            )
+            raise ValueError(as_sequential(model))
         names = [name for name, _ in model.named_children()]
         if len(names) < stages:
             raise ValueError(

@@ -1,12 +1,14 @@
 """What a pipeline is cut into and what each piece computes: `balanced_starts` (where each stage begins, so
-the largest stage is as small as it can be) and `MicrobatchLoss` (the loss of one micro-batch, weighted so a
-step's micro-batches add up to the mean over all its samples)."""
+the largest stage is as small as it can be), `as_sequential` (how a model of your own class becomes layers
+to cut) and `MicrobatchLoss` (the loss of one micro-batch, weighted so a step's micro-batches add up to the
+mean over all its samples)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
 from workbench._validate import check_int
 from workbench.train.strategy import LossFn
@@ -46,6 +48,47 @@ def balanced_starts(sizes: Sequence[int], stages: int) -> list[int]:
         i = cut[k][i]
         starts.append(i)
     return starts[::-1]
+
+
+def as_sequential(model: nn.Module) -> str:
+    """Why `model`, not an ``nn.Sequential``, cannot be cut into stages, and the ``nn.Sequential`` of its
+    children to give instead (a child that is itself an ``nn.Sequential`` spread, so there are more places
+    to cut).
+
+    Example:
+        >>> class Net(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+        ...         self.head = nn.Linear(8, 2)
+        >>> print(as_sequential(Net()))  # doctest: +NORMALIZE_WHITESPACE
+        pipeline parallel splits an nn.Sequential at its top-level layers; got Net, whose children are body
+        (Sequential of 2 layers) and head (Linear). If Net's forward applies them one after the other, give
+        nn.Sequential(*model.body, model.head) (3 layers, the same parameters); if it does more between them
+        (a residual, a reshape, a second input), make each such step a module of its own first
+    """
+    kind = type(model).__name__
+    start = f"pipeline parallel splits an nn.Sequential at its top-level layers; got {kind}"
+    children = list(model.named_children())
+    if not children:
+        return f"{start}, which has no layers to put on different ranks: give a model of several layers"
+    parts, described, layers = [], [], 0
+    for name, child in children:
+        access = f"model.{name}" if name.isidentifier() else f"getattr(model, {name!r})"
+        if isinstance(child, nn.Sequential):
+            parts.append(f"*{access}")
+            described.append(f"{name} (Sequential of {len(child)} layers)")
+            layers += len(child)
+        else:
+            parts.append(access)
+            described.append(f"{name} ({type(child).__name__})")
+            layers += 1
+    listed = described[0] if len(described) == 1 else ", ".join(described[:-1]) + " and " + described[-1]
+    return (
+        f"{start}, whose children are {listed}. If {kind}'s forward applies them one after the other, "
+        f"give nn.Sequential({', '.join(parts)}) ({layers} layers, the same parameters); if it does more "
+        "between them (a residual, a reshape, a second input), make each such step a module of its own first"
+    )
 
 
 class MicrobatchLoss:
