@@ -19,8 +19,10 @@ from typing import Any
 from torch import nn
 
 from workbench.parallel.strategies.sharded import ShardedStrategy
+from workbench.parallel.strategies.split_check import SplitCheck
 from workbench.train.compilation import refuse_compile
 from workbench.train.config import TrainConfig
+from workbench.train.strategy import Batch, Objective
 
 STYLES = ("colwise", "rowwise")
 _ACTIVATIONS = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Dropout)
@@ -33,6 +35,9 @@ class TensorParallel(ShardedStrategy):
         plan: dotted module name → ``"colwise"`` or ``"rowwise"``, e.g. ``{"block0.mlp.fc1": "colwise",
             "block0.mlp.fc2": "rowwise"}``; None takes `default_plan` of the model. Column-wise outputs stay
             split, so a column-wise layer must feed a row-wise one (or attention heads that then feed one).
+        check: before the first update, run the first batch through the split model and through a copy of
+            the whole model on the CPU, and stop with the plan and the fix if they differ (`split_check`);
+            False skips it (a model whose forward runs only on the GPU is skipped anyway).
         sync_control: see `DistributedStrategy` (`launch` turns it on).
 
     Example:
@@ -49,8 +54,12 @@ class TensorParallel(ShardedStrategy):
 
     name = "tensor parallel"
 
-    def __init__(self, plan: Mapping[str, str] | None = None, *, sync_control: bool = False) -> None:
+    def __init__(
+        self, plan: Mapping[str, str] | None = None, *, check: bool = True, sync_control: bool = False
+    ) -> None:
         super().__init__(sync_control=sync_control)
+        self.check = check
+        self._split_check: SplitCheck | None = None
         if plan is not None and not isinstance(plan, Mapping):
             raise ValueError(f"plan must map module names to 'colwise' or 'rowwise', got {plan!r}")
         self.plan = None if plan is None else dict(plan)
@@ -113,9 +122,17 @@ class TensorParallel(ShardedStrategy):
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """Split the plan's layers across the ranks, in place (`parallelize_module`)."""
+        self._split_check = SplitCheck(model) if self.check else None  # the whole model, before the split
         apply_tensor_parallel(model.to(self.device), self.mesh(), self.plan_for(model))
         self.module = model
         return model
+
+    def forward_backward(self, model: nn.Module, group: list[Batch], objective: Objective, *args: Any) -> Any:
+        """As every strategy's; the first one checks the split model against the whole one first."""
+        if self._split_check is not None:
+            check, self._split_check = self._split_check, None
+            check.run(self, model, group[0], objective, self.plan_for(model))
+        return super().forward_backward(model, group, objective, *args)
 
     def summary(self) -> str:
         return "tensor parallel"

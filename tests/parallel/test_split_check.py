@@ -1,0 +1,74 @@
+"""Tensor parallel checks, on the first batch, that the split model computes what the whole one does.
+
+A plan is a claim about the forward that only running it can test: between fc1 (column-wise) and fc2
+(row-wise) each rank holds half the hidden features. A LayerNorm there failed with torch's shape error, and a
+softmax there trained silently on other numbers; both now stop before the first update, naming the plan.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from workbench.parallel import WorkerFailed, launch
+from workbench.parallel.strategies.tensor_parallel import TensorParallel, default_plan
+from workbench.train import OptimizerConfig, TrainConfig, Trainer
+
+
+class _Hidden(nn.Module):
+    """fc1 → `between` → fc2: default_plan splits fc1 column-wise and fc2 row-wise."""
+
+    def __init__(self, between: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.between = between
+        self.fc1, self.norm, self.fc2 = nn.Linear(6, 8), nn.LayerNorm(8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        hidden = torch.relu(self.fc1(x))
+        if self.between == "norm":
+            hidden = self.norm(hidden)
+        elif self.between == "softmax":
+            hidden = torch.softmax(hidden, dim=-1)
+        elif self.between == "bug":
+            raise RuntimeError("a bug of the model's own")
+        return self.fc2(hidden)
+
+
+def _train(strategy, between):
+    x = torch.randn(64, 6, generator=torch.Generator().manual_seed(1))
+    y = (x[:, 0] > 0).long()
+    config = TrainConfig(epochs=1, batch_size=16, optimizer=OptimizerConfig("adam", lr=1e-2))
+    return Trainer(_Hidden(between), F.cross_entropy, TensorDataset(x, y), config, strategy=strategy).fit()
+
+
+@pytest.mark.parametrize(
+    ("between", "words"),
+    [
+        ("norm", r"tensor-parallel model failed on the first batch: RuntimeError: Given normalized_shape"),
+        ("softmax", r"tensor parallel does not compute what the model does: on the first batch"),
+    ],
+)
+def test_a_plan_the_forward_breaks_stops_before_the_first_update_naming_the_plan(between, words):
+    assert default_plan(_Hidden(between)) == {"fc1": "colwise", "fc2": "rowwise"}
+    with pytest.raises(WorkerFailed, match=words) as failed:
+        launch(_train, 2, args=(between,), strategy=TensorParallel())
+    message = str(failed.value)
+    assert "'fc1' column-wise (8 output features, 4 on each of 2 ranks)" in message
+    assert "train this model with DataParallel()" in message
+
+
+def test_a_plan_the_forward_keeps_trains_and_check_false_skips_the_check():
+    """The same model with nothing between fc1 and fc2 but ReLU passes; check=False trains the softmax one
+    (on other numbers, as before the check existed)."""
+    assert launch(_train, 2, args=("relu",), strategy=TensorParallel()).status == "finished"
+    assert launch(_train, 2, args=("softmax",), strategy=TensorParallel(check=False)).status == "finished"
+
+
+def test_an_error_the_whole_model_raises_too_is_the_models_own_and_not_blamed_on_the_plan():
+    with pytest.raises(WorkerFailed, match="a bug of the model's own") as failed:
+        launch(_train, 2, args=("bug",), strategy=TensorParallel())
+    assert "The plan splits" not in str(failed.value)
