@@ -72,3 +72,54 @@ def test_an_error_the_whole_model_raises_too_is_the_models_own_and_not_blamed_on
     with pytest.raises(WorkerFailed, match="a bug of the model's own") as failed:
         launch(_train, 2, args=("bug",), strategy=TensorParallel())
     assert "The plan splits" not in str(failed.value)
+
+
+class _LlamaStyle(nn.Module):
+    """A model written as Hugging Face's Llama names its layers: q_proj…o_proj, gate/up/down_proj."""
+
+    def __init__(self, fixed_heads: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fixed_heads, self.n_heads, self.head_dim = fixed_heads, 4, 4
+        self.embed = nn.Embedding(11, 16)
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(16, 16) for _ in range(4))
+        self.mlp = nn.ModuleDict(
+            {"gate_proj": nn.Linear(16, 32), "up_proj": nn.Linear(16, 32), "down_proj": nn.Linear(32, 16)}
+        )
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        batch, length, _ = x.shape
+        heads = self.n_heads if self.fixed_heads else -1  # -1: the heads this rank holds
+
+        def split(t):
+            return t.view(batch, length, heads, self.head_dim).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+        x = x + self.o_proj(attended.reshape(batch, length, -1))
+        mlp = self.mlp
+        x = x + mlp["down_proj"](F.silu(mlp["gate_proj"](x)) * mlp["up_proj"](x))
+        return self.head(x.mean(dim=1))
+
+
+def _train_llama_style(strategy, fixed_heads):
+    tokens = torch.randint(0, 11, (64, 8), generator=torch.Generator().manual_seed(2))
+    labels = (tokens[:, 0] > 5).long()
+    config = TrainConfig(epochs=1, batch_size=16, optimizer=OptimizerConfig("adam", lr=1e-2))
+    data = TensorDataset(tokens, labels)
+    return Trainer(_LlamaStyle(fixed_heads), F.cross_entropy, data, config, strategy=strategy).fit()
+
+
+def test_a_llama_style_model_of_your_own_is_split_by_its_layer_names_and_checked():
+    """default_plan reads q_proj…o_proj and gate/up/down_proj; the split model passes the first-batch check
+    when its forward counts the heads it holds (view(..., -1, head_dim)), and stops naming the plan when it
+    views the split q as all n_heads."""
+    assert default_plan(_LlamaStyle(False)) == {
+        "q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
+        "mlp.gate_proj": "colwise", "mlp.up_proj": "colwise", "mlp.down_proj": "rowwise",
+    }  # fmt: skip
+    assert launch(_train_llama_style, 2, args=(False,), strategy=TensorParallel()).status == "finished"
+    with pytest.raises(WorkerFailed, match=r"failed on the first batch: RuntimeError: shape .* is invalid"):
+        launch(_train_llama_style, 2, args=(True,), strategy=TensorParallel())

@@ -13,7 +13,7 @@ output projection row-wise. Every rank sees the same batch; layers not in the pl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import nn
@@ -96,8 +96,8 @@ class TensorParallel(ShardedStrategy):
             if size % world_size:
                 raise ValueError(_does_not_split(name, style, layer, world_size))
         for name, module in modules.items():
-            heads = _heads(module)
-            if heads is not None and plan.get(f"{name}.q") == "colwise" and heads % world_size:
+            q, heads = _heads(module)
+            if heads and plan.get(f"{name}.{q}") == "colwise" and heads % world_size:
                 raise ValueError(
                     f"{name!r} has n_heads={heads}, which does not divide among {world_size} ranks (each "
                     f"rank computes whole heads); launch a number of ranks that divides {heads}, or build "
@@ -146,35 +146,76 @@ def apply_tensor_parallel(model: nn.Module, mesh: Any, plan: Mapping[str, str]) 
     parallelize_module(model, mesh, {name: styles[style]() for name, style in plan.items()})
 
 
+ATTENTION_NAMES = (  # (q, k, v, output) Linear children of an attention module, as models name them
+    ("q", "k", "v", "proj"),  # workbench.models
+    ("q_proj", "k_proj", "v_proj", "o_proj"),  # Llama, Mistral, Qwen (Hugging Face)
+    ("wq", "wk", "wv", "wo"),  # Meta's Llama, torchtitan
+)
+FEED_FORWARD_NAMES = (  # (column-wise..., row-wise) Linear children of a feed-forward module
+    (("fc1",), "fc2"),  # workbench.models, ViT, many MLPs
+    (("gate_proj", "up_proj"), "down_proj"),  # Llama-style SwiGLU (Hugging Face)
+    (("up_proj",), "down_proj"),
+    (("w1", "w3"), "w2"),  # Meta's Llama, torchtitan
+    (("c_fc",), "c_proj"),  # nanoGPT
+)
+
+
 def default_plan(model: nn.Module) -> dict[str, str]:
     """A Megatron-style plan read off the model's structure.
 
     - attention (a module with Linear children ``q``, ``k``, ``v``, ``proj``, like
-      `workbench.models.CausalSelfAttention`): q, k, v column-wise, proj row-wise;
-    - a feed-forward module with Linear children ``fc1`` and ``fc2``: fc1 column-wise, fc2 row-wise;
+      `workbench.models.CausalSelfAttention`, or ``q_proj``…``o_proj``, or ``wq``…``wo``, as Llama names
+      them): q, k, v column-wise, the output projection row-wise;
+    - a feed-forward module with Linear children ``fc1`` and ``fc2`` (or ``gate_proj``/``up_proj`` and
+      ``down_proj``, ``w1``/``w3`` and ``w2``, ``c_fc`` and ``c_proj``): the first column-wise, the last
+      row-wise;
     - in an ``nn.Sequential``: each Linear followed (after activations or dropout only) by another Linear:
       the first column-wise, the second row-wise (an MLP's hidden layers, a CNN's classifier head).
 
-    Raises ValueError when the model has none of these (give the plan yourself).
+    The Trainer checks the plan on the first batch against the whole model (`split_check`), so a forward
+    that needs the split features whole (a norm between, heads counted from a fixed ``n_heads``) stops
+    there with the plan, not later. Raises ValueError when the model has none of these (give the plan).
+
+    Example:
+        >>> class Mlp(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.gate_proj, self.up_proj = nn.Linear(8, 16), nn.Linear(8, 16)
+        ...         self.down_proj = nn.Linear(16, 8)
+        >>> default_plan(Mlp())
+        {'gate_proj': 'colwise', 'up_proj': 'colwise', 'down_proj': 'rowwise'}
     """
     plan: dict[str, str] = {}
     for name, module in model.named_modules():
         prefix = f"{name}." if name else ""
         children = dict(module.named_children())
-        if all(isinstance(children.get(k), nn.Linear) for k in ("q", "k", "v", "proj")):
-            plan.update({f"{prefix}{k}": "colwise" for k in ("q", "k", "v")})
-            plan[f"{prefix}proj"] = "rowwise"
-        elif all(isinstance(children.get(k), nn.Linear) for k in ("fc1", "fc2")):
-            plan.update({f"{prefix}fc1": "colwise", f"{prefix}fc2": "rowwise"})
+        attention = _matching(children, [(names[:3], names[3]) for names in ATTENTION_NAMES])
+        found = attention or _matching(children, FEED_FORWARD_NAMES)
+        if found is not None:
+            columns, row = found
+            plan.update({f"{prefix}{column}": "colwise" for column in columns})
+            plan[f"{prefix}{row}"] = "rowwise"
         elif isinstance(module, nn.Sequential):
             plan.update(_sequential_pairs(module, prefix))
     if not plan:
+        known = ", ".join("/".join(names) for names in ATTENTION_NAMES)
         raise ValueError(
-            f"no tensor-parallel plan found for {type(model).__name__}: it has no attention (q, k, v, proj), "
-            "no feed-forward (fc1, fc2) and no Linear → activation → Linear in an nn.Sequential; give "
-            "TensorParallel(plan={'name.of.linear1': 'colwise', 'name.of.linear2': 'rowwise'})"
+            f"no tensor-parallel plan found for {type(model).__name__}: it has no attention ({known}), "
+            "no feed-forward (fc1, fc2 or gate_proj, up_proj, down_proj) and no Linear → activation → Linear "
+            "in an nn.Sequential; give TensorParallel(plan={'name.of.linear1': 'colwise', "
+            "'name.of.linear2': 'rowwise'})"
         )
     return plan
+
+
+def _matching(
+    children: dict[str, nn.Module], patterns: Sequence[tuple[tuple[str, ...], str]]
+) -> tuple[tuple[str, ...], str] | None:
+    """The first pattern (column-wise names, row-wise name) whose names are all Linear `children`."""
+    for columns, row in patterns:
+        if all(isinstance(children.get(name), nn.Linear) for name in (*columns, row)):
+            return columns, row
+    return None
 
 
 def _sequential_pairs(sequential: nn.Sequential, prefix: str) -> dict[str, str]:
@@ -219,10 +260,12 @@ def _check_style(name: str, style: object) -> None:
         )
 
 
-def _heads(module: nn.Module) -> int | None:
-    """Attention heads of a module with q and a ``head_dim`` (as models.CausalSelfAttention), else None."""
+def _heads(module: nn.Module) -> tuple[str, int]:
+    """The query layer's name and the attention heads of a module with one (q, q_proj or wq) and a
+    ``head_dim`` (as models.CausalSelfAttention); ("", 0) for any other module."""
     head_dim = getattr(module, "head_dim", None)
-    q = getattr(module, "q", None)
-    if isinstance(head_dim, int) and isinstance(q, nn.Linear) and head_dim > 0:
-        return q.out_features // head_dim
-    return None
+    for q, *_ in ATTENTION_NAMES:
+        layer = getattr(module, q, None)
+        if isinstance(head_dim, int) and isinstance(layer, nn.Linear) and head_dim > 0:
+            return q, layer.out_features // head_dim
+    return "", 0
