@@ -68,9 +68,29 @@ def test_a_plan_the_forward_keeps_trains_and_check_false_skips_the_check():
     assert launch(_train, 2, args=("softmax",), strategy=TensorParallel(check=False)).status == "finished"
 
 
-def test_an_error_the_whole_model_raises_too_is_the_models_own_and_not_blamed_on_the_plan():
-    with pytest.raises(WorkerFailed, match="a bug of the model's own") as failed:
-        launch(_train, 2, args=("bug",), strategy=TensorParallel())
+def _train_with_column_targets(strategy):
+    x = torch.randn(64, 6, generator=torch.Generator().manual_seed(1))
+    y = torch.randn(64, 1)  # a column for mse_loss against 2 outputs: broadcast, the user's own mistake
+    config = TrainConfig(epochs=1, batch_size=16, optimizer=OptimizerConfig("adam", lr=1e-2))
+    return Trainer(_Hidden("relu"), F.mse_loss, TensorDataset(x, y), config, strategy=strategy).fit()
+
+
+@pytest.mark.parametrize(
+    ("train", "args", "words"),
+    [
+        (_train, ("bug",), r"a bug of the model's own"),
+        (
+            _train_with_column_targets,
+            (),
+            r"loss_fn got outputs of shape \(16, 2\) and targets of shape \(16, 1\)",
+        ),
+    ],
+)
+def test_an_error_of_the_model_or_data_of_its_own_is_said_as_without_the_split(train, args, words):
+    """An error the whole model raises too is not blamed on the plan; the check runs on copies of the
+    objective, so the first training step still makes its shape check (the broadcast targets)."""
+    with pytest.raises(WorkerFailed, match=words) as failed:
+        launch(train, 2, args=args, strategy=TensorParallel())
     assert "The plan splits" not in str(failed.value)
 
 

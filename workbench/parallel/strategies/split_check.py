@@ -33,14 +33,15 @@ class SplitCheck:
     def run(self, strategy: Any, split: nn.Module, batch: Batch, objective: Objective, plan: Mapping) -> None:
         """Raise ValueError on every rank when `split` (every rank calls this) fails on `batch` where the
         whole model holding the same weights does not, or computes other outputs; an error the whole model
-        raises too is the model's own and is raised as it is."""
+        raises too is the model's own and is raised as it is. Each call takes a copy of `objective`, so its
+        first-batch checks (shapes, metrics) are still to come for the training step."""
         modes = {module: module.training for module in split.modules()}
         split.eval()
         try:
             with torch.no_grad():
                 failure: BaseException | None = None
                 try:
-                    split_run = objective(split, strategy.to_device(batch))
+                    split_run = copy.copy(objective)(split, strategy.to_device(batch))
                 except (RuntimeError, ValueError) as error:
                     failure, split_run = error, None
                 failed = torch.tensor([0.0 if failure is None else 1.0], device=strategy.device)
@@ -79,7 +80,7 @@ class SplitCheck:
         self.whole.load_state_dict(state)
         self.whole.eval()
         try:
-            whole_loss, whole_outputs = objective(self.whole, batch)
+            whole_loss, whole_outputs = copy.copy(objective)(self.whole, batch)
         except (RuntimeError, ValueError):
             return _MODEL_FAILS_TOO if split is None else None
         if split is None:
