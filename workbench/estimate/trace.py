@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench._module_copy import copied_with
 from workbench._one_line import error_in_one_line
 from workbench._validate import BUILD_THE_MODEL, check_int, refuse_class
 from workbench.train.config import OptimizerConfig
@@ -152,13 +153,8 @@ def _peak_of_a_step(
 
 def _fake_copy(model: nn.Module, mode: Any) -> nn.Module:
     """`model` copied with every parameter and buffer a fake tensor of the same shape, dtype and device
-    (deepcopy with those already in its memo, so no real tensor is copied)."""
-    memo: dict[int, Any] = {}
-    for parameter in model.parameters():
-        memo[id(parameter)] = nn.Parameter(mode.from_tensor(parameter), parameter.requires_grad)
-    for buffer in model.buffers():
-        memo[id(buffer)] = mode.from_tensor(buffer)
-    return copy.deepcopy(model, memo)
+    (no real tensor is copied)."""
+    return copied_with(model, mode.from_tensor)
 
 
 def checked_model(model: Any, sample: Any = None) -> None:

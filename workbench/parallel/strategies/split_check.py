@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench._module_copy import copied_with
 from workbench.train.strategy import Batch, Objective
 
 RTOL = {torch.float32: 1e-3, torch.float64: 1e-6}  # sums over ranks taken in another order, with room
@@ -28,7 +29,7 @@ class SplitCheck:
     """A CPU copy of the whole model, taken before the split, and the comparison it is kept for."""
 
     def __init__(self, model: nn.Module) -> None:
-        self.whole = copy.deepcopy(model).cpu()
+        self.whole = copied_with(model, lambda t: t.detach().to("cpu", copy=True))  # never twice on a GPU
 
     def run(self, strategy: Any, split: nn.Module, batch: Batch, objective: Objective, plan: Mapping) -> None:
         """Raise ValueError on every rank when `split` (every rank calls this) fails on `batch` where the
