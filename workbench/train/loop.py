@@ -50,9 +50,9 @@ from workbench.train.loss_check import NonFiniteLossError, check_finite
 from workbench.train.metrics_log import MetricsLog
 from workbench.train.objective import Objective, StepFn
 from workbench.train.optim import (
+    GroupLrs,
     OptimizerFactory,
     build_optimizer,
-    lr_factor,
     optimizer_step,
     warn_if_warmup_outlasts,
 )
@@ -130,7 +130,8 @@ class Trainer(PeersAttributes):
             name that holds a run is refused (``fit(resume=True)`` continues it) unless ``overwrite=True``.
         runs_dir: where run directories live (default ``runs``).
         optimizer_factory: ``factory(params, optimizer_config) -> torch.optim.Optimizer`` for optimizers
-            beyond sgd/adam/adamw (e.g. the fused numba ones).
+            beyond sgd/adam/adamw (e.g. the fused numba ones) or param groups of your own (each keeps its lr
+            as a multiple of ``optimizer_config.lr`` through the schedule: `workbench.train.optim.GroupLrs`).
         strategy: where to train: `SingleDevice` (default, on ``config.device``), `DataParallel` or
             `FullyShardedDataParallel` (one process per rank, each on its shard of the data; batch_size is
             per rank, so the global batch is batch_size × ranks), `PipelineParallel` or `TensorParallel`
@@ -204,6 +205,7 @@ class Trainer(PeersAttributes):
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
         self.steps_per_epoch, self.total_steps = count_steps(self._loaders, self.config)
+        self._lrs = GroupLrs(self.optimizer, self.config.optimizer, self.total_steps)  # each group's lr
         warn_if_warmup_outlasts(self.config.optimizer, self.total_steps, warn=self.strategy.is_main)
         warn_unevaluated_metrics(self.splits, metrics, warn=self.strategy.is_main)
         # Where the loop stands (steps, epochs, micro-batches of this epoch used): what a checkpoint holds
@@ -326,8 +328,7 @@ class Trainer(PeersAttributes):
             self._position += len(group)
             interval.add(loss, samples)
             if logged:
-                lr = self.optimizer.param_groups[0]["lr"]  # the base lr times the schedule's factor
-                extras = {"lr": lr, "grad_norm": grad_norm, **self.instruments.step_metrics(clock)}
+                extras = {"lr": self._lrs.now, "grad_norm": grad_norm, **self.instruments.step_metrics(clock)}
                 self.report.step((self.step, self.epoch), interval, checked_sum, **extras)
                 interval = LogWindow()
         check_epoch_trained(self.epoch, from_start, self.step - steps_before)
@@ -359,9 +360,8 @@ class Trainer(PeersAttributes):
         settings = self.settings
         limits = dict(clip_value=settings.clip_value, clip_norm=settings.clip_norm, measure=check is not None)
         grad_norm = gradients.clip_(self.model.parameters(), norm_of=self.strategy.total_norm, **limits)
-        schedule = self.config.optimizer
-        factor = lr_factor(schedule.schedule, self.step, self.total_steps or 0, schedule.warmup_steps)
-        optimizer_step(self.optimizer, self.scaler, self.settings.lr * factor)
+        self._lrs.set(self.optimizer, self.step, self.settings.lr)  # the schedule's lr at this step
+        optimizer_step(self.optimizer, self.scaler)
         clock.mark("optimizer")
         self.instruments.optimizer_stepped(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)

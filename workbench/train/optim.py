@@ -1,4 +1,5 @@
-"""Optimizers from an `OptimizerConfig`, and the learning-rate schedule as a pure function of the step."""
+"""Optimizers from an `OptimizerConfig`, the learning-rate schedule as a pure function of the step, and each
+param group's lr at a step (`GroupLrs`)."""
 
 from __future__ import annotations
 
@@ -108,10 +109,71 @@ def warn_if_warmup_outlasts(config: OptimizerConfig, total_steps: int | None, *,
     warnings.warn(message, UserWarning, stacklevel=4)  # the Trainer's caller (past its keyword wrapper)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, scaler: Any, lr: float) -> None:
-    """One update at learning rate `lr`, through the fp16 gradient `scaler` when there is one."""
-    for param_group in optimizer.param_groups:
-        param_group["lr"] = lr
+class GroupLrs:
+    """Each step's lr in every param group: the run's lr (``OptimizerConfig.lr``, which the schedule, its
+    warm-up, a dashboard's Apply and a resume move) times the multiple of it the group was built with.
+
+    An `optimizer_factory` may give param groups their own lr (a backbone at ``cfg.lr / 100`` beside a head
+    at ``cfg.lr``): each keeps its ratio through warm-up, decay and an Apply, as torch's lr schedulers keep
+    each group's ``initial_lr``. One group at least must be at the run's lr (that is the lr the logs, the
+    dashboard and config.json show); `check_group_lrs` says so otherwise.
+
+    Example:
+        >>> backbone, head = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+        >>> groups = [{"params": backbone.parameters(), "lr": 1e-5}, {"params": head.parameters()}]
+        >>> optimizer = torch.optim.SGD(groups, lr=1e-3)
+        >>> lrs = GroupLrs(optimizer, OptimizerConfig("sgd", lr=1e-3, schedule="linear"), total_steps=3)
+        >>> lrs.set(optimizer, step=1, lr=1e-3)  # halfway down the linear schedule
+        >>> lrs.now, [group["lr"] for group in optimizer.param_groups]
+        (0.0005, [5e-06, 0.0005])
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, config: OptimizerConfig, total_steps: int | None):
+        check_group_lrs(optimizer, config.lr)
+        self.scales = [group["lr"] / config.lr for group in optimizer.param_groups]
+        self.config, self.total_steps = config, total_steps or 0
+        self.now = config.lr  # the run's lr at the last step set: what a logged step reports
+
+    def set(self, optimizer: torch.optim.Optimizer, step: int, lr: float) -> None:
+        """Give the groups their lrs for optimizer step `step` (0-based) at the run's peak lr `lr`; a group
+        added after the optimizer was built takes the run's lr."""
+        schedule = self.config
+        self.now = lr * lr_factor(schedule.schedule, step, self.total_steps, schedule.warmup_steps)
+        for index, group in enumerate(optimizer.param_groups):
+            group["lr"] = self.now * (self.scales[index] if index < len(self.scales) else 1.0)
+
+
+def check_group_lrs(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """ValueError when no param group of `optimizer` (an `optimizer_factory`'s) is at the run's `lr`: the
+    factory set an lr of its own that the logs, the dashboard and config.json would not show."""
+    built = [group["lr"] for group in optimizer.param_groups]
+    if any(isinstance(got, int | float) and math.isclose(got, lr, rel_tol=1e-9) for got in built):
+        return
+    if any(not isinstance(got, int | float) or got <= 0 for got in built):
+        raise ValueError(
+            f"optimizer_factory built {type(optimizer).__name__} with lr {built} in its param groups; give "
+            "each group a number > 0: lr=cfg.lr, or a multiple of it such as cfg.lr / 10"
+        )
+    name = type(optimizer).__name__
+    if len(set(built)) == 1:
+        said = f"lr={built[0]:g} (every param group)"
+        fix = f"Build it with lr=cfg.lr and set the lr in the config: OptimizerConfig(lr={built[0]:g})"
+    else:
+        top = max(built)
+        said = f"param groups at lr {', '.join(f'{got:g}' for got in built)}"
+        fix = (
+            f"Set the config's lr to one group's, OptimizerConfig(lr={top:g}), and build the groups at "
+            f"multiples of cfg.lr: {{'params': ..., 'lr': cfg.lr * {min(built) / top:g}}}"
+        )
+    raise ValueError(
+        f"optimizer_factory built {name} with {said}, but the run's lr is the config's lr={lr:g} (cfg.lr): "
+        "the schedule, the logs, the dashboard and config.json go by it, and each param group keeps its lr "
+        f"as a multiple of it. {fix}"
+    )
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, scaler: Any) -> None:
+    """One update at the lrs the param groups hold, through the fp16 gradient `scaler` when there is one."""
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()

@@ -189,16 +189,20 @@ def restore_training_state(
             f"cannot resume from {path}: its weights do not fit this model ({details}); build the model the "
             "checkpoint was trained with, or start a new run"
         ) from None
+    groups = optimizer.param_groups
+    built = [{name: group[name] for name in _PARAM_GROUP_KEYS if name in group} for group in groups]
     strategy.load_optimizer_state(model, optimizer, state["optimizer"])
     changes = {
         name: (getattr(saved.optimizer, name), getattr(config.optimizer, name))
         for name in CHANGEABLE_ON_RESUME
         if getattr(saved.optimizer, name) != getattr(config.optimizer, name)
     }
-    for group in optimizer.param_groups:  # the loaded state brought the old values back: the new ones win
-        for name in _PARAM_GROUP_KEYS:
-            if name in changes and name in group:
-                group[name] = changes[name][1]
+    # the loaded state brought the old values back: the new ones win, as the optimizer was just built with
+    # them (a factory's group of its own, such as biases without weight decay, keeps its own)
+    for group, values in zip(optimizer.param_groups, built, strict=False):
+        for name, value in values.items():
+            if name in changes:
+                group[name] = value
     if scaler is not None and state["scaler"] is not None:
         scaler.load_state_dict(state["scaler"])
     rank_rngs = state.get("rank_rngs") or []

@@ -130,10 +130,33 @@ def _optimizer_line(value: Any, has_config: bool) -> str:
     settings = getattr(value, "defaults", {}) if isinstance(value, torch.optim.Optimizer) else {}
     if kind.__name__.lower() in OPTIMIZERS:
         return _config_line({"optimizer": _changed({**settings, "name": kind.__name__.lower()})}, has_config)
-    lr = f"{settings['lr']!r}" if "lr" in settings else "cfg.lr"
     name = kind.__name__
     path = f"torch.optim.{name}" if getattr(torch.optim, name, None) is kind else name
-    return f"optimizer_factory=lambda params, cfg: {path}(params, lr={lr})"
+    own = "".join(f", {key}={setting!r}" for key, setting in _own_settings(kind, settings).items())
+    factory = f"optimizer_factory=lambda params, cfg: {path}(params, lr=cfg.lr{own})"
+    if "lr" not in settings:
+        return factory
+    return f"{_config_line({'optimizer': {'lr': settings['lr']}}, has_config)}, {factory}"
+
+
+def _own_settings(kind: type, settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings but lr of an optimizer of class `kind` that differ from its constructor's defaults."""
+    try:
+        defaults = {name: p.default for name, p in inspect.signature(kind).parameters.items()}
+    except (TypeError, ValueError):
+        return {}
+    return {
+        key: setting
+        for key, setting in settings.items()
+        if key != "lr" and key in defaults and not _same(setting, defaults[key])
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except (RuntimeError, TypeError):  # a tensor setting
+        return False
 
 
 def _changed(settings: dict[str, Any]) -> dict[str, Any]:
