@@ -32,6 +32,13 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--clip-norm", type=float)
     train.add_argument("--clip-value", type=float)
     train.add_argument("--accumulate", type=int, help="micro-batches per optimizer step")
+    train.add_argument(
+        "--patience",
+        type=int,
+        help="stop when the val metric (--monitor) has not improved for this many epochs; the model keeps "
+        "the best epoch's weights (a named run: RUNS_DIR/RUN/best.pt)",
+    )
+    train.add_argument("--monitor", help="with --patience: the val metric watched (default loss; accuracy)")
     train.add_argument("--seed", type=int)
     train.add_argument("--device", choices=DEVICES)
     train.add_argument("--n-samples", type=int, help="dataset size (regression, images-cnn, text)")

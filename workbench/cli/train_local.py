@@ -33,6 +33,14 @@ def experiment_from(args: argparse.Namespace) -> Any:
     from workbench.presets import build_experiment
 
     changes = {name: getattr(args, name) for name in _CHANGEABLE if getattr(args, name) is not None}
+    if args.patience is not None:
+        from workbench.train import EarlyStopping
+
+        changes["early_stopping"] = EarlyStopping(args.monitor or "loss", patience=args.patience)
+    elif args.monitor is not None:
+        raise ValueError(
+            f"--monitor {args.monitor} needs --patience: the epochs without an improvement to stop at"
+        )
     return build_experiment(args.preset, **changes)
 
 

@@ -16,6 +16,7 @@ _HOMES = {
     "Callback": "workbench.train.events",
     "CallbackList": "workbench.train.events",
     "Changes": "workbench.train.control",
+    "EarlyStopping": "workbench.train.config",
     "Event": "workbench.train.events",
     "F1": "workbench.train.metrics",
     "FitResult": "workbench.train.loop",

@@ -21,8 +21,9 @@ import torch
 
 from workbench._validate import BUILD_THE_MODEL, refuse_class
 from workbench.data import Dataset, Splits, split_size
-from workbench.train.config import TrainConfig
+from workbench.train.config import EarlyStopping, TrainConfig
 from workbench.train.strategy import StrategyBase
+from workbench.train.trainer_keywords import HOOKS, refuse_peers_callback
 
 
 def check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, optimizer_factory: Any) -> None:
@@ -45,18 +46,7 @@ def check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, opti
             f"strategy must be a strategy object such as SingleDevice('cpu') or, inside launch/torchrun, "
             f"DataParallel(); got {strategy!r}{hint}"
         )
-    if isinstance(callbacks, str | bytes) or not isinstance(callbacks, Iterable):
-        raise TypeError(
-            f"callbacks must be a list of callbacks (e.g. [plot]), got {type(callbacks).__name__}"
-        )
-    for index, callback in enumerate(callbacks):
-        refuse_class(f"callbacks[{index}]", callback, "give an instance: {name}()")
-        hooks = ("on_fit_start", "on_step", "on_eval", "on_fit_end")
-        if not any(callable(getattr(callback, hook, None)) for hook in hooks):
-            raise TypeError(
-                f"callbacks[{index}] is a {type(callback).__name__}, which has none of the hooks "
-                f"{', '.join(hooks)}; give a workbench.train.Callback (or a widget such as LossPlot)"
-            )
+    check_callbacks(callbacks)
     parameters = list(model.parameters())
     if not parameters:
         raise ValueError(
@@ -92,6 +82,28 @@ def check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, opti
             ) from None
         except ValueError:  # a builtin without a signature: called as it is
             pass
+
+
+def check_callbacks(callbacks: Any) -> None:
+    """TypeError for `callbacks` that are no list of callbacks, or one that cannot take the events (a class,
+    an object without hooks, hooks that take other arguments, such as Lightning's)."""
+    if isinstance(callbacks, str | bytes) or not isinstance(callbacks, Iterable):
+        raise TypeError(
+            f"callbacks must be a list of callbacks (e.g. [plot]), got {type(callbacks).__name__}"
+        )
+    for index, callback in enumerate(callbacks):
+        refuse_class(f"callbacks[{index}]", callback, "give an instance: {name}()")
+        if not any(callable(getattr(callback, hook, None)) for hook in HOOKS):
+            if isinstance(callback, EarlyStopping):
+                raise TypeError(
+                    f"callbacks[{index}] is an EarlyStopping, which is a setting, not a callback: write "
+                    f"config=TrainConfig(early_stopping={callback!r})"
+                )
+            raise TypeError(
+                f"callbacks[{index}] is a {type(callback).__name__}, which has none of the hooks "
+                f"{', '.join(HOOKS)}; give a workbench.train.Callback (or a widget such as LossPlot)"
+            )
+        refuse_peers_callback(index, callback)
 
 
 def check_optimizer(optimizer: Any) -> torch.optim.Optimizer:

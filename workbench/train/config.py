@@ -73,6 +73,61 @@ class OptimizerConfig:
         check_int("warmup_steps", self.warmup_steps, minimum=0)
 
 
+@dataclass(frozen=True, repr=False)
+class EarlyStopping:
+    """Stop a fit when a val metric has stopped improving, and end it with the best epoch's weights.
+
+    Args:
+        metric: the val metric watched after each epoch: ``"loss"``, ``"accuracy"`` (classification) or a
+            name of the Trainer's ``metrics=``.
+        patience: epochs in a row without an improvement before the fit stops, ≥ 1.
+        min_delta: by how much a value must beat the best one to count as an improvement, ≥ 0.
+        mode: ``"min"`` (lower is better) or ``"max"``; None: ``"min"`` for the loss, ``"max"`` for accuracy
+            and `F1`, a torchmetrics metric's own ``higher_is_better``; a function of yours must say.
+        restore_best: end the fit with the best epoch's weights (the test split then judges them, and a
+            named run keeps them in ``best.pt``); False: with the last epoch's.
+
+    Example:
+        >>> TrainConfig(epochs=100, early_stopping=EarlyStopping("accuracy", patience=5)).early_stopping
+        EarlyStopping('accuracy', patience=5)
+        >>> EarlyStopping(patience=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: patience must be an integer ≥ 1, got 0
+    """
+
+    metric: str = "loss"
+    patience: int = 3
+    min_delta: float = 0.0
+    mode: str | None = None
+    restore_best: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ValueError(f"metric must be the name of a val metric such as 'loss', got {self.metric!r}")
+        for prefix in ("val_", "val/", "valid_", "validation_", "eval_"):
+            if self.metric.startswith(prefix) and len(self.metric) > len(prefix):
+                raise ValueError(
+                    f"metric={self.metric!r}: the val split is the one watched, and its metrics go by their "
+                    f"own names; write metric={self.metric[len(prefix) :]!r}"
+                )
+        check_int("patience", self.patience, minimum=1)
+        _check_number("min_delta", self.min_delta, at_least=0)
+        if self.mode is not None:
+            check_choice("mode", self.mode, ("min", "max"))
+        if not isinstance(self.restore_best, bool):
+            raise ValueError(f"restore_best must be True or False, got {self.restore_best!r}")
+
+    def __repr__(self) -> str:
+        """The metric and the settings that differ from the defaults, as one would write them."""
+        changed = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)[1:]
+            if getattr(self, f.name) != f.default
+        ]
+        return f"EarlyStopping({', '.join([repr(self.metric), *changed])})"
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """How the loop runs.
@@ -105,6 +160,8 @@ class TrainConfig:
             ``"max-autotune-no-cudagraphs"``) for the module the training steps run; its compile time is
             reported apart from the steps (see `workbench.train.compilation`). Single device and
             `DataParallel` only.
+        early_stopping: an `EarlyStopping`: stop when a val metric has stopped improving, and end with the
+            best epoch's weights; None: train every epoch.
 
     Example:
         >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
@@ -134,6 +191,7 @@ class TrainConfig:
     time_breakdown: bool = True
     profile_steps: tuple[int, int] | None = None
     compile: str = "off"
+    early_stopping: EarlyStopping | None = None
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -162,12 +220,23 @@ class TrainConfig:
             raise ValueError(
                 f"loader must be a LoaderConfig (from workbench.data), got {type(self.loader).__name__}"
             )
+        if self.early_stopping is not None and not isinstance(self.early_stopping, EarlyStopping):
+            got = self.early_stopping
+            shown = f"the number {got!r}" if isinstance(got, int | float) else type(got).__name__
+            whole = isinstance(got, int) and not isinstance(got, bool)
+            patience = f"patience={got!r}" if whole else "patience=3"
+            raise ValueError(
+                f"early_stopping must be an EarlyStopping (from workbench.train) or None, got {shown}; write "
+                f"early_stopping=EarlyStopping('loss', {patience})"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (for JSON logs and checkpoints); a collate_fn appears by its name."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["optimizer"] = dataclasses.asdict(self.optimizer)
         data["loader"] = self.loader.to_dict()
+        if self.early_stopping is not None:
+            data["early_stopping"] = dataclasses.asdict(self.early_stopping)
         return data
 
     @classmethod
@@ -185,10 +254,12 @@ class TrainConfig:
         data = dict(data)
         optimizer = dict(data.pop("optimizer", {}))
         loader = dict(data.pop("loader", {}))
+        stopping = data.pop("early_stopping", None)
         unknown = [
             *(name for name in data if name not in _fields(cls)),
             *(f"optimizer.{name}" for name in optimizer if name not in _fields(OptimizerConfig)),
             *(f"loader.{name}" for name in loader if name not in _fields(LoaderConfig)),
+            *(f"early_stopping.{name}" for name in stopping or {} if name not in _fields(EarlyStopping)),
         ]
         if unknown:
             several = len(unknown) > 1
@@ -202,6 +273,8 @@ class TrainConfig:
         loader["collate_fn"] = None  # a function is logged by name only; give it again in code
         if data.get("profile_steps") is not None:  # JSON holds the pair as a list
             data["profile_steps"] = tuple(data["profile_steps"])
+        if stopping is not None:
+            data["early_stopping"] = EarlyStopping(**stopping)
         return cls(optimizer=OptimizerConfig(**optimizer), loader=LoaderConfig(**loader), **data)
 
     def replace(self, **changes: Any) -> TrainConfig:
@@ -230,7 +303,17 @@ PEERS_PRECISIONS: dict[object, str] = {
     "16-mixed": "fp16", "16": "fp16", 16: "fp16", "float16": "fp16",
     "32-true": "fp32", "32": "fp32", 32: "fp32", "no": "fp32", "float32": "fp32",
 }  # fmt: skip
-naming_unknown_arguments(TrainConfig, {"optimizer": OptimizerConfig, "loader": LoaderConfig}, PEERS_NAMES)
+naming_unknown_arguments(
+    TrainConfig,
+    {"optimizer": OptimizerConfig, "loader": LoaderConfig, "early_stopping": EarlyStopping},
+    PEERS_NAMES,
+)
+# Lightning's and Keras' EarlyStopping arguments, Hugging Face's EarlyStoppingCallback's
+naming_unknown_arguments(
+    EarlyStopping,
+    {"": TrainConfig},
+    {"monitor": "metric", "restore_best_weights": "restore_best", "early_stopping_patience": "patience"},
+)
 naming_unknown_arguments(OptimizerConfig, {"": TrainConfig}, PEERS_NAMES)
 
 

@@ -49,11 +49,12 @@ class FitEvents:
         self.last["train"] = {"loss": metrics["loss"]}
         self.events.on_step(step_event(*where, self.strategy.rank, **fields, **metrics))
 
-    def evaluated(self, step: int, epoch: int, split: str, metrics: dict[str, float]) -> None:
-        """`split`'s evaluation after epoch `epoch` (nothing for an empty split)."""
+    def evaluated(self, step: int, epoch: int, split: str, metrics: dict[str, float]) -> dict[str, float]:
+        """`split`'s evaluation after epoch `epoch` (nothing for an empty split); returns its `metrics`."""
         if metrics:
             self.last[split] = metrics
             self.events.on_eval(eval_event(step, epoch, self.strategy.rank, split, metrics))
+        return metrics
 
     def fit_end(
         self, where: tuple[int, int], status: str, error: BaseException | None, **extras: Any

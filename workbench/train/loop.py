@@ -37,6 +37,7 @@ from workbench.train.arguments import (
     warn_unevaluated_metrics,
 )
 from workbench.train.batches import check_epoch_trained, count_steps, end_workers, epoch_steps, split_loaders
+from workbench.train.best_epoch import BestEpoch
 from workbench.train.compilation import check_can_compile, compile_module
 from workbench.train.config import TrainConfig
 from workbench.train.control import Changes, Settings, TrainControl
@@ -54,7 +55,6 @@ from workbench.train.optim import (
     OptimizerFactory,
     build_optimizer,
     optimizer_step,
-    warn_if_warmup_outlasts,
 )
 from workbench.train.precision import resolve_precision
 from workbench.train.profiling import ProfileResult
@@ -78,8 +78,11 @@ class FitResult:
         step, epoch: optimizer steps and whole epochs done.
         seconds: wall time of this `fit` call.
         train_loss: the last logged training loss.
-        metrics: last evaluation per split, e.g. ``{"val": {"loss": 0.1, "accuracy": 0.97}}``.
+        metrics: last evaluation per split, e.g. ``{"val": {"loss": 0.1, "accuracy": 0.97}}``; with early
+            stopping's ``restore_best``, val's are the best epoch's, whose weights the model then has.
         checkpoint: the last checkpoint written, if the trainer has a run directory.
+        best_epoch: with ``TrainConfig(early_stopping=...)``, the epoch of the best val metric, numbered from
+            0 as the events and the progress lines number them (None before any evaluation).
     """
 
     status: str
@@ -89,21 +92,22 @@ class FitResult:
     train_loss: float | None
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     checkpoint: Path | None = None
+    best_epoch: int | None = None
 
     @classmethod
     def of(
         cls,
         status: str,
-        step: int,
-        epoch: int,
-        seconds: float,
+        where: tuple[int, int, int | None, float],
         last: dict[str, dict[str, float]],
         checkpoint: Path | None,
     ) -> FitResult:
-        """The result of a fit whose `last` metrics per split (``"train"``: its loss) are known."""
+        """The result of a fit at `where` (steps, epochs, the best epoch or None, and its seconds) whose
+        `last` metrics per split (``"train"``: its loss) are known."""
         metrics = {split: values for split, values in last.items() if split != "train"}
         train_loss = last.get("train", {}).get("loss")
-        return cls(status, step, epoch, seconds, train_loss, metrics, checkpoint)
+        step, epoch, best_epoch, seconds = where
+        return cls(status, step, epoch, seconds, train_loss, metrics, checkpoint, best_epoch)
 
 
 class Trainer(PeersAttributes):
@@ -194,8 +198,7 @@ class Trainer(PeersAttributes):
         self.rank, self.world_size = self.strategy.rank, self.strategy.world_size
         self.model = self.strategy.wrap(model)  # on the device (a pipeline moves only its stage)
         self._step_model = compile_module(self.model, self.config.compile)  # what steps call: compiled or not
-        # inside a launcher's workers: its control (unless given) and its event stream
-        self.control, callbacks = supervised_control_and_callbacks(control, callbacks)
+        self.control, callbacks = supervised_control_and_callbacks(control, callbacks)  # a launcher's
         if self.run_dir is not None and self.strategy.is_main:
             callbacks.insert(0, MetricsLog(self.run_dir.path))
         self.events = CallbackList(callbacks)
@@ -205,14 +208,13 @@ class Trainer(PeersAttributes):
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
         self.steps_per_epoch, self.total_steps = count_steps(self._loaders, self.config)
-        self._lrs = GroupLrs(self.optimizer, self.config.optimizer, self.total_steps)  # each group's lr
-        warn_if_warmup_outlasts(self.config.optimizer, self.total_steps, warn=self.strategy.is_main)
-        warn_unevaluated_metrics(self.splits, metrics, warn=self.strategy.is_main)
-        # Where the loop stands (steps, epochs, micro-batches of this epoch used): what a checkpoint holds
-        self.step = self.epoch = self._position = 0
+        main = self.strategy.is_main
+        self._lrs = GroupLrs(self.optimizer, self.config.optimizer, self.total_steps, warn=main)  # group lrs
+        warn_unevaluated_metrics(self.splits, metrics, warn=main)
+        self.step = self.epoch = self._position = 0  # steps, epochs, micro-batches: what a checkpoint holds
         self.settings = Settings.of(self.config)  # the lr and clipping in force
-        self._resume_changes = ""  # the optimizer settings a resume changed, as one line
         self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite)  # lock, files, resume
+        self._best = BestEpoch(self.config.early_stopping, self.objective, self._loaders, self.record)
         steps = (self.total_steps, self.steps_per_epoch)
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
 
@@ -265,29 +267,29 @@ class Trainer(PeersAttributes):
         shown = fit_progress_shown(self.progress, self.events, is_main=self.strategy.is_main)
         with shown, one_line_interrupts(self) as pressed, self.record.held(), self.instruments.watching_fit():
             status = self._fit(resume)
-        seconds = time.perf_counter() - started
-        result = FitResult.of(status, self.step, self.epoch, seconds, self.report.last, self.checkpoint)
-        return after_interrupt(self, pressed, result)
+        where = (self.step, self.epoch, self._best.epoch, time.perf_counter() - started)
+        return after_interrupt(self, pressed, FitResult.of(status, where, self.report.last, self.checkpoint))
 
     def _fit(self, resume: bool | str | os.PathLike) -> str:
         self._start(resume)
         status = "finished"
         try:
             self.report.fit_start(self.step, (self.steps_per_epoch, self.total_steps), self._resume_changes)
-            while self.epoch < self.config.epochs:
+            while self.epoch < self.config.epochs and not self._best.stopped:  # early stopping's patience
                 if not self._run_epoch():
                     status = "stopped"
                     break
             if status == "stopped" or self.record.due(self.epoch):
                 self._save()
-            if status == "finished":  # the held-out split once, on the final model: never used to choose
-                self.report.evaluated(self.step, max(self.epoch - 1, 0), "test", self.evaluate("test"))
+            if status == "finished":  # the held-out split once, on the final (or best) model: never to choose
+                held = self._best.finish(
+                    self.model, self.epoch - 1, self.report.last
+                )  # early stopping's best
+                self.report.evaluated(self.step, max(held, 0), "test", self.evaluate("test"))
         except BaseException as error:
             end_workers(self._loaders.values())  # now, not at the gc that frees the traceback
-            self.instruments.finish()
             self.report.fit_end((self.step, self.epoch), "failed", error, **self._ending())
             raise
-        self.instruments.finish()
         self.report.fit_end((self.step, self.epoch), status, None, **self._ending())
         return status
 
@@ -332,11 +334,11 @@ class Trainer(PeersAttributes):
                 self.report.step((self.step, self.epoch), interval, checked_sum, **extras)
                 interval = LogWindow()
         check_epoch_trained(self.epoch, from_start, self.step - steps_before)
-        self.epoch += 1
-        self._position = 0
+        self.epoch, self._position = self.epoch + 1, 0
         if self.record.due(self.epoch):  # before evaluating: a metric that fails costs its epoch nothing
             self._save()
-        self.report.evaluated(self.step, self.epoch - 1, "val", self.evaluate("val"))
+        val = self.report.evaluated(self.step, self.epoch - 1, "val", self.evaluate("val"))
+        self._best.after_eval(self.epoch - 1, val, self.model)  # early stopping's best epoch and patience
         return True
 
     def _run_step(
@@ -380,8 +382,9 @@ class Trainer(PeersAttributes):
         return stop
 
     def _ending(self) -> dict[str, Any]:
-        """What the fit's last event adds: the checkpoint and the compile totals."""
-        return {"checkpoint": self.checkpoint, **self.instruments.summary()}
+        """The instruments stopped; what the last event adds: the checkpoint, compile totals, best epoch."""
+        self.instruments.finish()
+        return {"checkpoint": self.checkpoint, **self.instruments.summary(), **self._best.summary()}
 
     def _check_finite(self, window: LogWindow, pending: torch.Tensor | None = None, group=()) -> float | None:
         """The loss sum since the last check, over ranks (`check_finite`); raises if NaN or infinite."""
@@ -400,6 +403,7 @@ class Trainer(PeersAttributes):
             where = resumed.where
             self.step, self.epoch, self._position = where.step, where.epoch, where.position
             self.settings = Settings(where.lr, where.clip_norm, where.clip_value)
+        self._best.start(self.epoch, resumed is not None)
         self.instruments.start(self.step)
         self.record.write_config(self.settings)
 

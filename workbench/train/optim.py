@@ -85,7 +85,9 @@ def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0)
     )
 
 
-def warn_if_warmup_outlasts(config: OptimizerConfig, total_steps: int | None, *, warn: bool = True) -> None:
+def warn_if_warmup_outlasts(
+    config: OptimizerConfig, total_steps: int | None, *, warn: bool = True, stacklevel: int = 2
+) -> None:
     """Warn (where `warn`: the main rank) when the warm-up is as long as the fit (`total_steps`, None when
     unknown): the lr never reaches ``config.lr``, and a decaying schedule never starts.
 
@@ -106,7 +108,7 @@ def warn_if_warmup_outlasts(config: OptimizerConfig, total_steps: int | None, *,
         f"ends at {reached:.2g}, never lr={config.lr:g}; lower warmup_steps ({tenth} is 10% of the steps) "
         "or train for more epochs"
     )
-    warnings.warn(message, UserWarning, stacklevel=4)  # the Trainer's caller (past its keyword wrapper)
+    warnings.warn(message, UserWarning, stacklevel=stacklevel)  # the Trainer passes its caller's
 
 
 class GroupLrs:
@@ -122,14 +124,22 @@ class GroupLrs:
         >>> backbone, head = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
         >>> groups = [{"params": backbone.parameters(), "lr": 1e-5}, {"params": head.parameters()}]
         >>> optimizer = torch.optim.SGD(groups, lr=1e-3)
-        >>> lrs = GroupLrs(optimizer, OptimizerConfig("sgd", lr=1e-3, schedule="linear"), total_steps=3)
+        >>> lrs = GroupLrs(optimizer, OptimizerConfig("sgd", lr=1e-3, schedule="linear"), 3)
         >>> lrs.set(optimizer, step=1, lr=1e-3)  # halfway down the linear schedule
         >>> lrs.now, [group["lr"] for group in optimizer.param_groups]
         (0.0005, [5e-06, 0.0005])
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, config: OptimizerConfig, total_steps: int | None):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        config: OptimizerConfig,
+        total_steps: int | None,
+        warn: bool = True,
+    ) -> None:
+        """`warn` (the main rank): warn when the warm-up lasts the fit (`warn_if_warmup_outlasts`)."""
         check_group_lrs(optimizer, config.lr)
+        warn_if_warmup_outlasts(config, total_steps, warn=warn, stacklevel=6)
         self.scales = [group["lr"] / config.lr for group in optimizer.param_groups]
         self.config, self.total_steps = config, total_steps or 0
         self.now = config.lr  # the run's lr at the last step set: what a logged step reports

@@ -52,6 +52,64 @@ PEERS_ATTRIBUTES = {  # Lightning's (and Hugging Face's) Trainer attributes, and
 }
 
 
+PEERS_CALLBACKS = {  # Lightning's callbacks, and what stands for them here
+    "ModelCheckpoint": "Here Trainer(..., run='name') writes runs/name/checkpoint.pt after each epoch "
+    "(TrainConfig(checkpoint_every=...)), and with early stopping the best epoch's weights to best.pt",
+    "LearningRateMonitor": "Every logged step's event carries its lr (runs/name/metrics.jsonl with run=, "
+    "the Dashboard's metric plot)",
+    "TQDMProgressBar": "The Trainer shows a progress bar itself (Trainer(..., progress=True or False))",
+    "RichProgressBar": "The Trainer shows a progress bar itself (Trainer(..., progress=True or False))",
+    "GradientAccumulationScheduler": "Here TrainConfig(accumulate=N) accumulates N micro-batches per step",
+}
+HOOKS = ("on_fit_start", "on_step", "on_eval", "on_fit_end")
+
+
+def refuse_peers_callback(index: int, callback: Any) -> None:
+    """TypeError when `callback`'s hooks cannot take the one event each gets (a Lightning callback's take
+    ``(trainer, pl_module)``), saying what stands for it here; it used to fail at the fit's first event."""
+    for hook in HOOKS:
+        method = getattr(callback, hook, None)
+        try:
+            signature = inspect.signature(method) if callable(method) else None
+            if signature is not None:
+                signature.bind({})
+        except ValueError:  # a builtin without a signature: called as it is
+            continue
+        except TypeError:
+            name, takes = type(callback).__name__, ", ".join(signature.parameters) if signature else ""
+            ours = "on_fit_start(info), on_step(metrics), on_eval(metrics), on_fit_end(summary)"
+            if not type(callback).__module__.startswith(("lightning", "pytorch_lightning")):
+                raise TypeError(
+                    f"callbacks[{index}] ({name}) has {hook}({takes}), and the Trainer calls each hook with "
+                    f"one event dict: {ours}; subclass workbench.train.Callback"
+                ) from None
+            here = _lightning_stand_in(name, callback) or "write a workbench.train.Callback with those hooks"
+            raise TypeError(
+                f"callbacks[{index}] is Lightning's {name}, whose hooks take (trainer, pl_module); this "
+                f"Trainer's callbacks get one event dict ({ours}). {here}"
+            ) from None
+
+
+def _lightning_stand_in(name: str, callback: Any) -> str | None:
+    """What stands for Lightning's callback `name` here (its settings carried over), or None."""
+    if name != "EarlyStopping":
+        return PEERS_CALLBACKS.get(name)
+    metric = str(getattr(callback, "monitor", "loss") or "loss")
+    for prefix in ("val_", "val/", "valid_", "validation_"):
+        metric = metric.removeprefix(prefix)
+    metric = {"acc": "accuracy"}.get(metric, metric)
+    settings = [repr(metric), f"patience={getattr(callback, 'patience', 3)!r}"]
+    if delta := abs(float(getattr(callback, "min_delta", 0.0) or 0.0)):
+        settings.append(f"min_delta={delta:g}")
+    if getattr(callback, "mode", None) in ("min", "max") and metric != "loss":
+        settings.append(f"mode={callback.mode!r}")
+    line = f"config=TrainConfig(early_stopping=EarlyStopping({', '.join(settings)}))"
+    return (
+        "Early stopping is a setting here, which also ends the fit with the best epoch's weights: "
+        f"{line} (workbench.train's EarlyStopping)"
+    )
+
+
 class PeersAttributes:
     """A missing attribute that another trainer has (``trainer.validate``) says what stands for it here."""
 

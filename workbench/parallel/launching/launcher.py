@@ -48,6 +48,7 @@ from workbench.parallel.launching._worker import RESULT_FILE, WorkerSpec
 from workbench.parallel.launching.supervisor import Supervisor
 from workbench.parallel.strategies.data_parallel import DataParallel
 from workbench.parallel.strategies.distributed import DistributedStrategy
+from workbench.train.arguments import check_callbacks
 from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, CallbackList
@@ -197,6 +198,9 @@ class Launch:
         if strategy is not None:  # before any process starts: split points, micro-batches, the plan...
             strategy.validate(model, self.config, world_size=self.nprocs)
         self.control = control if control is not None else TrainControl()
+        if isinstance(callbacks, Iterable) and not isinstance(callbacks, str | bytes):
+            callbacks = list(callbacks)  # a generator: read once, by the check and by the events
+        check_callbacks(callbacks)  # a Lightning callback, say: refused here, not at the first event
         self.events = CallbackList(callbacks)
         self.verbose = verbose
         check_choice("start_method", start_method, START_METHODS)
