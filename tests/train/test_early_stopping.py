@@ -121,6 +121,7 @@ def test_the_test_split_and_the_val_metrics_are_the_restored_models(tmp_path):
         "best": best["value"],
         "best_epoch": best["epoch"],
         "stopped": True,
+        "restored": True,
     }
     config_json = json.loads((tmp_path / "r" / "config.json").read_text())
     assert config_json["early_stopping"]["patience"] == 3  # the run's record says how it stopped

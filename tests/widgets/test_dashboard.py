@@ -430,3 +430,18 @@ def test_showing_a_dashboard_hands_every_view_its_current_figure(regression_trai
     dashboard._repr_mimebundle_()
     for view in (dashboard.loss_plot, dashboard.metric_plot):
         assert len(view.figure._widget_data) == len(view.figure.data) > 0
+
+
+def test_a_fit_that_stopped_early_fills_the_bar_and_says_which_epochs_weights_the_model_has(splits):
+    from workbench.train import EarlyStopping
+
+    stopping = EarlyStopping("accuracy", patience=1, min_delta=0.5)  # no epoch beats the first by 0.5
+    trainer = _trainer(splits, epochs=20, early_stopping=stopping)
+    dashboard = Dashboard(trainer, monitor=False)
+    result = dashboard.fit()
+    assert (result.epoch, result.best_epoch) == (2, 0) and result.step < trainer.total_steps
+    assert dashboard.progress.value == dashboard.progress.max == result.step  # done, not 10% done
+    best = result.metrics["val"]["accuracy"]
+    said = f"stopped early: best val accuracy {best:.4g} at epoch 1, the model has its weights"
+    assert said in dashboard.status.value
+    assert f"val: loss {result.metrics['val']['loss']:.4f}" in dashboard.status.value  # the best epoch's

@@ -52,6 +52,7 @@ class BestEpoch:
         self.epoch: int | None = None  # the 0-based epoch whose val gave `value`
         self.metrics: dict[str, float] = {}  # that epoch's val metrics
         self.stopped = False  # the patience ran out
+        self.restored = False  # the model was given the best epoch's weights back at the end
         self._weights: dict[str, torch.Tensor] | None = None  # this rank's part of the best epoch's model
         self.mode = "min"  # is a lower value better ("min") or a higher one ("max")
         if rule is None:
@@ -74,7 +75,7 @@ class BestEpoch:
         """A fit starts after `epochs_done` whole epochs: fresh (a stale ``best.pt`` goes), or resumed (the
         best epoch before it comes back from ``best.pt``, and how long the metric has not improved since)."""
         self.value = self.epoch = self._weights = None
-        self.metrics, self.stopped = {}, False
+        self.metrics, self.stopped, self.restored = {}, False, False
         path = self.path
         if path is None:
             return
@@ -117,6 +118,7 @@ class BestEpoch:
         if self.rule is None or self.epoch is None:
             return last_epoch
         restore = self.rule.restore_best and self.epoch != last_epoch
+        self.restored = restore
         if restore:
             if self._weights is not None:
                 _load_local_state(model, self._weights)
@@ -140,9 +142,11 @@ class BestEpoch:
         )
         if min_delta := rule.min_delta:
             said += f" by {min_delta:g}"
-        weights = f"epoch {self.epoch}'s" if restored else f"the last epoch's ({last_epoch})"
+        weights = (
+            f"epoch {self.epoch}'s weights" if restored else f"the last epoch's weights (epoch {last_epoch})"
+        )
         kept = f"; {self.path} holds them" if restored and self.path is not None else ""
-        return f"{said}; the model has {weights} weights{kept}"
+        return f"{said}; the model has {weights}{kept}"
 
     def summary(self) -> dict[str, Any]:
         """What the fit's last event says of it (``early_stopping``), or nothing without a rule."""
@@ -154,6 +158,7 @@ class BestEpoch:
                 "best": self.value,
                 "best_epoch": self.epoch,
                 "stopped": self.stopped,
+                "restored": self.restored,  # the model ended with the best epoch's weights
             }
         }
 

@@ -107,6 +107,7 @@ class Dashboard(Callback):
         self.runner = JobRunner(trainer, before=self._begin, after=self._end)
         self._latest: Event | None = None
         self._last_eval: dict[str, Event] = {}
+        self._early_stop: Event | None = None  # the fit's end said how early stopping ended it
         self._rank_rates: dict[int, float] = {}  # rank → samples/s at its last logged step
         self._profile: Event | None = None  # the last profile rank 0 reported (its step event's "profile")
         self._state = "ready"
@@ -173,20 +174,11 @@ class Dashboard(Callback):
         self.stop_button.on_click(lambda _: self.stop())
         self.apply_button.on_click(lambda _: self.apply_settings())
         self.profile_button.on_click(lambda _: self.request_profile())
+        buttons = [self.start_button, self.pause_button, self.stop_button, self.lr_input, self.clip_input]
         rows = [
             widgets.HBox([self.progress, self.status]),
             self.placement,
-            widgets.HBox(
-                [
-                    self.start_button,
-                    self.pause_button,
-                    self.stop_button,
-                    self.lr_input,
-                    self.clip_input,
-                    self.apply_button,
-                    self.profile_button,
-                ]
-            ),
+            widgets.HBox([*buttons, self.apply_button, self.profile_button]),
             self.profile_info,
             self.error,
             self.loss_plot.widget,
@@ -221,6 +213,7 @@ class Dashboard(Callback):
 
     def _begin(self) -> None:
         self._latest, self._rank_rates, self._last_eval, self._profile = None, {}, {}, None
+        self._early_stop = None
         self.profile_info.value = ""
         self.error.value = ""
         self._set_running_buttons(True)
@@ -365,7 +358,12 @@ class Dashboard(Callback):
 
     def on_fit_end(self, summary: Event) -> None:
         self._throttle.stop()
+        self._early_stop = summary.get("early_stopping")
+        if self._early_stop and "val" in summary:  # the best epoch's: the model now has its weights
+            self._last_eval["val"] = summary["val"]
         self._push(summary["status"])
+        if self._early_stop and self._early_stop.get("stopped"):
+            self.progress.max = max(self.progress.value, 1)  # done: the patience ran out before the epochs
         if summary["error"]:
             self._show_error(f"training failed at step {summary['step']}: {summary['error']}")
 
@@ -414,6 +412,11 @@ class Dashboard(Callback):
             rates = sorted(self._rank_rates.items())
             each = ", ".join(f"rank {rank} {rate:.0f}" for rank, rate in rates)
             parts.append(f"samples/s {each} (total {sum(r for _, r in rates):.0f})")
+        early = self._early_stop
+        if early and state != "running":
+            how = "stopped early" if early.get("stopped") else "early stopping"
+            best = f"best val {early['metric']} {early['best']:.4g} at epoch {early['best_epoch'] + 1}"
+            parts.append(f"{how}: {best}{', the model has its weights' if early.get('restored') else ''}")
         for split, metrics in self._last_eval.items():
             shown = ", ".join(f"{k} {v:.4f}" for k, v in evaluation_metrics(metrics).items())
             parts.append(f"{split}: {shown}")
