@@ -143,3 +143,24 @@ def test_a_resident_dataset_serves_batches_without_waiting_for_the_gpu(cuda):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert len(batches) == 8 and batches[0][0].device == cuda
+
+
+def test_a_class_weighted_loss_module_trains_on_cuda_and_a_mask_left_on_the_cpu_is_named(digits):
+    """The CPU habits that fail on a GPU: `nn.CrossEntropyLoss(weight=w)` with w on the CPU (moved now, as
+    the model is), and a mask kept as a plain attribute (named, with register_buffer)."""
+    config = TrainConfig(epochs=1, batch_size=64, device="cuda")
+    weighted = nn.CrossEntropyLoss(weight=torch.linspace(1.0, 2.0, 10))
+    assert Trainer(_mlp(), weighted, digits, config).fit().status == "finished"
+    assert weighted.weight.device.type == "cuda"
+
+    class WithMask(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _mlp()
+            self.mask = torch.ones(10)
+
+        def forward(self, x):
+            return self.net(x) * self.mask
+
+    with pytest.raises(ValueError, match=r"mask \(\(10,\) on cpu\) is a plain tensor attribute"):
+        Trainer(WithMask(), functional.cross_entropy, digits, config).fit()

@@ -25,6 +25,8 @@ import torch
 
 BROADCAST_WARNING = "Using a target size"  # torch's words when mse_loss, l1_loss, ... broadcast the target
 IGNORE_INDEX = -100  # cross_entropy's and nll_loss's default: a target that counts for nothing
+# torch's words for tensors on two devices in one operation (CUDA, the CPU's dispatcher, indexing, conv)
+DEVICE_WORDS = ("same device", "expected device", "should be the same", "on the same device as")
 
 
 def explain_model_error(model: torch.nn.Module, inputs: Any, error: BaseException) -> str | None:
@@ -38,6 +40,8 @@ def explain_model_error(model: torch.nn.Module, inputs: Any, error: BaseExceptio
             "last batch holds 1 sample when the training split leaves 1 after the full batches; set "
             "LoaderConfig(drop_last=True), or a batch_size that leaves more than 1"
         )
+    if (devices := _mixed_devices(model, message)) is not None:
+        return devices
     if not isinstance(inputs, torch.Tensor):
         return None
     dtype = _parameter_dtype(model)
@@ -85,6 +89,13 @@ def explain_loss_error(outputs: Any, target: Any, error: BaseException) -> str |
         return _outputs_fix(outputs)
     if not (isinstance(outputs, torch.Tensor) and isinstance(target, torch.Tensor)):
         return None
+    if any(words in str(error) for words in DEVICE_WORDS) and outputs.device == target.device:
+        device = outputs.device
+        return (
+            f"the loss mixes devices: the outputs and targets are on {device}, and a tensor the loss holds "
+            f"(class weights, pos_weight) is not: give it there (weight=w.to('{device}')), or give the loss "
+            "as a module (nn.CrossEntropyLoss(weight=w)), which the Trainer moves where the outputs are"
+        )
     if (
         fix := _classes_last_fix(outputs, target) or _integer_target_fix(outputs, target, str(error))
     ) is not None:
@@ -315,6 +326,33 @@ def _unused_parameters(model: torch.nn.Module, message: str) -> str:
         "every parameter's gradient in each step: if they serve on some steps only (a branch, an auxiliary "
         "head), give strategy=DataParallel(find_unused_parameters=True); if never, freeze them "
         "(p.requires_grad_(False)) or leave them out of the model"
+    )
+
+
+def _mixed_devices(model: torch.nn.Module, message: str) -> str | None:
+    """A forward that mixed devices: the plain tensor attributes ``.to(device)`` left behind (not parameters
+    nor buffers), or the tensors the forward makes; None for another error."""
+    if not any(words in message for words in DEVICE_WORDS):
+        return None
+    module = getattr(getattr(model, "_orig_mod", model), "module", getattr(model, "_orig_mod", model))
+    device = next((p.device for p in module.parameters()), None)
+    left = [
+        f"{prefix}{'.' if prefix else ''}{name} ({tuple(value.shape)} on {value.device})"
+        for prefix, part in module.named_modules()
+        for name, value in vars(part).items()
+        if isinstance(value, torch.Tensor) and value.device != device
+    ]
+    if left:
+        kind = "is a plain tensor attribute" if len(left) == 1 else "are plain tensor attributes"
+        return (
+            f"the model's forward mixes devices: the Trainer moved its parameters and buffers to {device}, "
+            f"but {', '.join(left[:4])} {kind}, which .to(device) leaves where it is: register it as a "
+            "buffer in __init__ (self.register_buffer('name', tensor)) and it moves with the model"
+        )
+    return (
+        f"the model's forward mixes devices: its parameters are on {device}, and a tensor it makes without "
+        "device= (torch.zeros(n), torch.arange(T), torch.tensor(...)) stays on the CPU: make it where the "
+        "inputs are (torch.arange(T, device=x.device)), or keep it as a buffer (self.register_buffer(...))"
     )
 
 

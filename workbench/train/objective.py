@@ -25,6 +25,7 @@ shows the shapes and the fix.
 from __future__ import annotations
 
 import inspect
+import itertools
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -222,7 +223,13 @@ class Objective:
                 raise ValueError(explained) from warning
 
     def _loss(self, outputs: Any, target: Any) -> torch.Tensor:
-        """``loss_fn(outputs, target)``; a mismatch torch reports deep inside is named (`diagnose`)."""
+        """``loss_fn(outputs, target)``; a mismatch torch reports deep inside is named (`diagnose`). A loss
+        module's tensors (class weights, ``pos_weight``) go where the outputs are, as the model went to its
+        device (torch would refuse the CPU weights of ``nn.CrossEntropyLoss(weight=w)`` on a GPU)."""
+        if isinstance(self.loss_fn, torch.nn.Module) and isinstance(outputs, torch.Tensor):
+            held = next(itertools.chain(self.loss_fn.parameters(), self.loss_fn.buffers()), None)
+            if held is not None and held.device != outputs.device:
+                self.loss_fn.to(outputs.device)
         try:
             return self.loss_fn(outputs, target)
         except (RuntimeError, IndexError, ValueError, TypeError, AttributeError) as error:
