@@ -148,7 +148,7 @@ CASES = [
      r"got the class Adagrad: OptimizerConfig names one of sgd, adam, adamw .*; for torch.optim.Adagrad, "
      r"give the Trainer optimizer_factory=lambda params, cfg: torch.optim.Adagrad\(params, lr=cfg.lr\)$"),
     (lambda: TrainConfig(optimizer=torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)), ValueError,
-     r"got SGD: .* optimizer_factory=lambda params, cfg: torch.optim.SGD\(params, lr=cfg.lr\)$"),
+     r"got SGD: torch's SGD is one of the Trainer's own; write optimizer=OptimizerConfig\('sgd', lr=0.1\)$"),
     # the model and its optimizer
     (lambda: _fit(nn.Identity()), ValueError,
      r"the model \(Identity\) has no parameters, so there is nothing to train"),

@@ -335,6 +335,11 @@ def _optimizer_fix(optimizer: object) -> str:
         if optimizer.lower() in OPTIMIZERS:
             return f"{said}: write optimizer=OptimizerConfig({optimizer.lower()!r})"
     name = optimizer.__name__ if isinstance(optimizer, type) else type(optimizer).__name__
+    if name.lower() in OPTIMIZERS and getattr(optimizer, "__module__", "").startswith("torch.optim"):
+        lr = getattr(optimizer, "defaults", {}).get("lr") if not isinstance(optimizer, type) else None
+        settings = f", lr={lr!r}" if isinstance(lr, float) else ""
+        mine = f"OptimizerConfig({name.lower()!r}{settings})"
+        return f"{said}: torch's {name} is one of the Trainer's own; write optimizer={mine}"
     mine = f"torch.optim.{name}" if getattr(optimizer, "__module__", "").startswith("torch.optim") else ""
     return (
         f"{said}: OptimizerConfig names one of {', '.join(OPTIMIZERS)} (e.g. OptimizerConfig('adam', "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,7 +23,16 @@ from workbench.train.strategy import Batch, Objective
 
 RTOL = {torch.float32: 1e-3, torch.float64: 1e-6}  # sums over ranks taken in another order, with room
 RTOL_HALF = 3e-2  # bf16 / fp16 weights
-_MODEL_FAILS_TOO = "the whole model fails on the first batch too"  # the error is the model's, not the plan's
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Rank 0's comparison of the split model with the whole one on the first batch, sent to every rank."""
+
+    differs: str | None = None  # why the split model computes something else (None: it agrees, or unchecked)
+    whole_fails: bool = (
+        False  # the whole model fails on the batch too: the error is the model's, not the plan's
+    )
 
 
 class SplitCheck:
@@ -48,20 +58,20 @@ class SplitCheck:
                 failed = torch.tensor([0.0 if failure is None else 1.0], device=strategy.device)
                 any_failed = bool(strategy.all_reduce(failed, "max").item())
                 state = strategy.model_state(split)  # the weights the ranks hold, whole, on rank 0
-                verdict = None
+                verdict = Verdict()
                 if strategy.is_main:
                     verdict = self._verdict(state, batch, objective, split_run, plan, strategy.world_size)
         finally:
             for module, training in modes.items():
                 module.train(training)
-        verdict = strategy.gather_object(verdict)[0]
+        verdict = strategy.gather_object(verdict)[0]  # rank 0's
         try:
-            if verdict == _MODEL_FAILS_TOO and failure is not None:
+            if verdict.whole_fails and failure is not None:
                 raise failure
             if any_failed:
                 raise ValueError(self._failed(plan, strategy.world_size, failure)) from failure
-            if verdict is not None:
-                raise ValueError(verdict)
+            if verdict.differs is not None:
+                raise ValueError(verdict.differs)
         finally:
             self.whole = None  # the copy was kept for this check only
 
@@ -73,19 +83,19 @@ class SplitCheck:
         split: tuple[torch.Tensor, Any] | None,
         plan: Mapping,
         world_size: int,
-    ) -> str | None:
-        """Why the whole model's loss and outputs on `batch` differ from `split`'s (None: the split model
-        failed), or None if they agree or the whole model cannot run on the CPU (say a forward that makes
-        CUDA tensors: then unchecked); `_MODEL_FAILS_TOO` when both failed."""
+    ) -> Verdict:
+        """Whether the whole model's loss and outputs on `batch` differ from `split`'s (None: the split model
+        failed); nothing to say when they agree or the whole model cannot run on the CPU (say a forward that
+        makes CUDA tensors: then unchecked)."""
         assert self.whole is not None
         self.whole.load_state_dict(state)
         self.whole.eval()
         try:
             whole_loss, whole_outputs = copy.copy(objective)(self.whole, batch)
         except (RuntimeError, ValueError):
-            return _MODEL_FAILS_TOO if split is None else None
+            return Verdict(whole_fails=split is None)
         if split is None:
-            return None  # the split model alone failed: every rank says so
+            return Verdict()  # the split model alone failed: every rank says so
         split_loss, split_outputs = split
         pairs = [(split_outputs, whole_outputs)] if _same_shape(split_outputs, whole_outputs) else []
         pairs.append((split_loss, whole_loss))
@@ -95,12 +105,12 @@ class SplitCheck:
             if not torch.allclose(got, want, rtol=rtol, atol=rtol * 1e-2, equal_nan=True):
                 gap = (got - want).abs().max().item()
                 losses = f"{split_loss.item():.6g}, the whole model's {whole_loss.item():.6g}"
-                return (
+                return Verdict(
                     "tensor parallel does not compute what the model does: on the first batch (eval mode) "
                     f"the split model's loss is {losses} (apart by up to {gap:.3g}). "
                     + self._why(plan, world_size)
                 )
-        return None
+        return Verdict()
 
     def _failed(self, plan: Mapping, world_size: int, failure: BaseException | None) -> str:
         if failure is None:
