@@ -55,8 +55,10 @@ def test_a_trainer_whose_warmup_outlasts_the_fit_warns_once_with_the_fix():
         config = TrainConfig(epochs=2, batch_size=16, optimizer=optimizer)
         return Trainer(torch.nn.Linear(3, 1), torch.nn.functional.mse_loss, data, config, progress=False)
 
-    with pytest.warns(UserWarning) as caught:
-        trainer(8)
+    optimizer = OptimizerConfig("sgd", lr=0.1, schedule="cosine", warmup_steps=8)
+    config = TrainConfig(epochs=2, batch_size=16, optimizer=optimizer)
+    with pytest.warns(UserWarning) as caught:  # the Trainer built here, in the test's own frame
+        Trainer(torch.nn.Linear(3, 1), torch.nn.functional.mse_loss, data, config, progress=False)
     assert [str(w.message) for w in caught] == [
         "warmup_steps=8 is as long as the fit's 8 optimizer steps: the lr ends at 0.089, never lr=0.1; lower "
         "warmup_steps (1 is 10% of the steps) or train for more epochs"

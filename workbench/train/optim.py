@@ -139,7 +139,7 @@ class GroupLrs:
     ) -> None:
         """`warn` (the main rank): warn when the warm-up lasts the fit (`warn_if_warmup_outlasts`)."""
         check_group_lrs(optimizer, config.lr)
-        warn_if_warmup_outlasts(config, total_steps, warn=warn, stacklevel=6)
+        warn_if_warmup_outlasts(config, total_steps, warn=warn, stacklevel=5)  # the Trainer's caller
         self.scales = [group["lr"] / config.lr for group in optimizer.param_groups]
         self.config, self.total_steps = config, total_steps or 0
         self.now = config.lr  # the run's lr at the last step set: what a logged step reports

@@ -81,7 +81,7 @@ def refuse_peers_callback(index: int, callback: Any) -> None:
             if not type(callback).__module__.startswith(("lightning", "pytorch_lightning")):
                 raise TypeError(
                     f"callbacks[{index}] ({name}) has {hook}({takes}), and the Trainer calls each hook with "
-                    f"one event dict: {ours}; subclass workbench.train.Callback"
+                    f"one event dict: {ours}; define it as def {hook}(self, event)"
                 ) from None
             here = _lightning_stand_in(name, callback) or "write a workbench.train.Callback with those hooks"
             raise TypeError(
