@@ -93,6 +93,7 @@ class Objective:
         self.metrics = {str(k): as_metric(str(k), m, batch_size_of) for k, m in (metrics or {}).items()}
         self.classification = classification
         self._checked_shapes = False
+        self._loss_device: torch.device | None = None  # where a loss module's tensors were last seen to be
         self._checked_grad = False
         self._checked_metrics = not self.metrics  # the user's metrics tried on the first training batch
 
@@ -226,10 +227,12 @@ class Objective:
         """``loss_fn(outputs, target)``; a mismatch torch reports deep inside is named (`diagnose`). A loss
         module's tensors (class weights, ``pos_weight``) go where the outputs are, as the model went to its
         device (torch would refuse the CPU weights of ``nn.CrossEntropyLoss(weight=w)`` on a GPU)."""
-        if isinstance(self.loss_fn, torch.nn.Module) and isinstance(outputs, torch.Tensor):
+        moved = isinstance(outputs, torch.Tensor) and outputs.device != self._loss_device
+        if moved and isinstance(self.loss_fn, torch.nn.Module):  # checked once per device, not per batch
             held = next(itertools.chain(self.loss_fn.parameters(), self.loss_fn.buffers()), None)
             if held is not None and held.device != outputs.device:
                 self.loss_fn.to(outputs.device)
+            self._loss_device = outputs.device
         try:
             return self.loss_fn(outputs, target)
         except (RuntimeError, IndexError, ValueError, TypeError, AttributeError) as error:

@@ -91,7 +91,7 @@ class SplitCheck:
         self.whole.load_state_dict(state)
         self.whole.eval()
         try:
-            whole_loss, whole_outputs = copy.copy(objective)(self.whole, batch)
+            whole_loss, whole_outputs = _own_copy(objective)(self.whole, batch)
         except (RuntimeError, ValueError):
             return Verdict(whole_fails=split is None)
         if split is None:
@@ -155,3 +155,12 @@ def describe_plan(model: nn.Module, plan: Mapping, world_size: int) -> str:
 
 def _same_shape(a: Any, b: Any) -> bool:
     return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+
+
+def _own_copy(objective: Objective) -> Objective:
+    """A copy of `objective` with a loss module of its own: the whole model's run on the CPU moves it there,
+    and the training's stays on the device."""
+    mine = copy.copy(objective)
+    if isinstance(mine.loss_fn, nn.Module):
+        mine.loss_fn = copy.deepcopy(mine.loss_fn)
+    return mine
