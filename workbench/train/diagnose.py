@@ -311,8 +311,7 @@ def raise_explained(error: BaseException, explained: str | None, prefix: str = "
 def _unused_parameters(model: torch.nn.Module, message: str) -> str:
     """DDP's "Expected to have finished reduction" (at the step after one whose loss left parameters without
     a gradient) as the parameters' names and the two fixes."""
-    module = getattr(model, "_orig_mod", model)  # TrainConfig(compile=...): the compiled DDP
-    module = getattr(module, "module", module)  # DDP's own indices count its module's trained parameters
+    module = _inner_module(model)  # DDP's own indices count its module's trained parameters
     names = [name for name, parameter in module.named_parameters() if parameter.requires_grad]
     indices = re.search(r"Parameter indices which did not receive grad for rank \d+: ([\d ]+)", message)
     named = re.search(r"Parameters which did not receive grad for rank \d+: (.+)", message)  # DEBUG=DETAIL
@@ -329,12 +328,18 @@ def _unused_parameters(model: torch.nn.Module, message: str) -> str:
     )
 
 
+def _inner_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The user's module inside a compiled (``TrainConfig(compile=...)``) and a DDP wrapper."""
+    module = getattr(model, "_orig_mod", model)
+    return getattr(module, "module", module)
+
+
 def _mixed_devices(model: torch.nn.Module, message: str) -> str | None:
     """A forward that mixed devices: the plain tensor attributes ``.to(device)`` left behind (not parameters
     nor buffers), or the tensors the forward makes; None for another error."""
     if not any(words in message for words in DEVICE_WORDS):
         return None
-    module = getattr(getattr(model, "_orig_mod", model), "module", getattr(model, "_orig_mod", model))
+    module = _inner_module(model)
     device = next((p.device for p in module.parameters()), None)
     left = [
         f"{prefix}{'.' if prefix else ''}{name} ({tuple(value.shape)} on {value.device})"

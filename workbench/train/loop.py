@@ -282,9 +282,7 @@ class Trainer(PeersAttributes):
             if status == "stopped" or self.record.due(self.epoch):
                 self._save()
             if status == "finished":  # the held-out split once, on the final (or best) model: never to choose
-                held = self._best.finish(
-                    self.model, self.epoch - 1, self.report.last
-                )  # early stopping's best
+                held = self._best.finish(self.model, self.epoch - 1, self.report.last)  # best epoch
                 self.report.evaluated(self.step, max(held, 0), "test", self.evaluate("test"))
         except BaseException as error:
             end_workers(self._loaders.values())  # now, not at the gc that frees the traceback

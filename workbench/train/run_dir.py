@@ -199,7 +199,7 @@ def restore_training_state(
     }
     # the loaded state brought the old values back: the new ones win, as the optimizer was just built with
     # them (a factory's group of its own, such as biases without weight decay, keeps its own)
-    for group, values in zip(optimizer.param_groups, built, strict=False):
+    for group, values in zip(optimizer.param_groups, built, strict=False):  # the loaded groups
         for name, value in values.items():
             if name in changes:
                 group[name] = value

@@ -30,9 +30,8 @@ class Verdict:
     """Rank 0's comparison of the split model with the whole one on the first batch, sent to every rank."""
 
     differs: str | None = None  # why the split model computes something else (None: it agrees, or unchecked)
-    whole_fails: bool = (
-        False  # the whole model fails on the batch too: the error is the model's, not the plan's
-    )
+    # the whole model fails on the batch too: the error is the model's, not the plan's
+    whole_fails: bool = False
 
 
 class SplitCheck:
