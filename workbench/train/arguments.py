@@ -21,7 +21,8 @@ import torch
 
 from workbench._validate import BUILD_THE_MODEL, refuse_class
 from workbench.data import Dataset, Splits, split_size
-from workbench.train.config import EarlyStopping, TrainConfig
+from workbench.train.config import EarlyStopping, OptimizerConfig, TrainConfig
+from workbench.train.optim import build_optimizer
 from workbench.train.strategy import StrategyBase
 from workbench.train.trainer_keywords import HOOKS, refuse_peers_callback
 
@@ -106,8 +107,10 @@ def check_callbacks(callbacks: Any) -> None:
         refuse_peers_callback(index, callback)
 
 
-def check_optimizer(optimizer: Any) -> torch.optim.Optimizer:
-    """`optimizer` if the factory returned one; TypeError naming what it returned otherwise."""
+def check_optimizer(factory: Any, params: Any, config: OptimizerConfig) -> torch.optim.Optimizer:
+    """The optimizer `factory` (an `optimizer_factory`, None: `build_optimizer`) builds on `params` at
+    `config`; TypeError naming what a factory returned that is not one."""
+    optimizer = (factory or build_optimizer)(params, config)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
             f"optimizer_factory returned {type(optimizer).__name__}"

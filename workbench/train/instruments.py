@@ -49,8 +49,8 @@ class StepInstruments:
         device: torch.device,
         rank: int,
         run_path: Path | None,
-        total_steps: int | None,
         steps_per_epoch: int | None,
+        total_steps: int | None,
     ) -> None:
         steps = config.profile_steps
         if steps is not None and total_steps is not None and steps[1] > total_steps:

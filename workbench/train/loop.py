@@ -48,14 +48,10 @@ from workbench.train.instruments import StepInstruments
 from workbench.train.interrupts import after_interrupt, one_line_interrupts
 from workbench.train.log_window import LogWindow
 from workbench.train.loss_check import NonFiniteLossError, check_finite
+from workbench.train.lr_scheduler import LrScheduler, lr_policy
 from workbench.train.metrics_log import MetricsLog
 from workbench.train.objective import Objective, StepFn
-from workbench.train.optim import (
-    GroupLrs,
-    OptimizerFactory,
-    build_optimizer,
-    optimizer_step,
-)
+from workbench.train.optim import OptimizerFactory
 from workbench.train.precision import resolve_precision
 from workbench.train.profiling import ProfileResult
 from workbench.train.progress import fit_progress_shown
@@ -136,6 +132,8 @@ class Trainer(PeersAttributes):
         optimizer_factory: ``factory(params, optimizer_config) -> torch.optim.Optimizer`` for optimizers
             beyond sgd/adam/adamw (e.g. the fused numba ones) or param groups of your own (each keeps its lr
             as a multiple of ``optimizer_config.lr`` through the schedule: `workbench.train.optim.GroupLrs`).
+        scheduler: a torch lr scheduler on its optimizer (``trainer.scheduler``) in the config's schedule's
+            place: ``LrScheduler(lambda optimizer, plan: OneCycleLR(optimizer, plan.lr, plan.steps), "step")``
         strategy: where to train: `SingleDevice` (default, on ``config.device``), `DataParallel` or
             `FullyShardedDataParallel` (one process per rank, each on its shard of the data; batch_size is
             per rank, so the global batch is batch_size × ranks), `PipelineParallel` or `TensorParallel`
@@ -144,22 +142,15 @@ class Trainer(PeersAttributes):
             default) shows one in a notebook or a terminal unless a callback shows progress (a `Dashboard`),
             never on other ranks than the main one or in a launcher's workers; False: none; True: always.
 
-    Example:
-        >>> from workbench import models
-        >>> from workbench.data import load_dataset, split_dataset
-        >>> from workbench.train import OptimizerConfig
-        >>> splits = split_dataset(load_dataset("regression", n_samples=512), (0.8, 0.1, 0.1), seed=0)
-        >>> config = TrainConfig(epochs=2, batch_size=64, optimizer=OptimizerConfig("sgd", lr=0.1))
-        >>> result = Trainer(models.linear(10), torch.nn.functional.mse_loss, splits, config).fit()
-        >>> result.status, result.step
-        ('finished', 14)
-
-        Your own torch data (a map-style dataset here) takes the same call:
-
+    Example (your own torch data; a workbench `Splits` takes the same call):
         >>> from torch.utils.data import TensorDataset
-        >>> data = TensorDataset(x := torch.randn(256, 10), x.sum(dim=1, keepdim=True))
-        >>> Trainer(models.linear(10), torch.nn.functional.mse_loss, data, config).fit().step
-        8
+        >>> from workbench import models
+        >>> from workbench.train import OptimizerConfig
+        >>> data = TensorDataset(x := torch.randn(256, 10), x.sum(dim=1, keepdim=True))  # a map-style dataset
+        >>> config = TrainConfig(epochs=2, batch_size=64, optimizer=OptimizerConfig("sgd", lr=0.1))
+        >>> result = Trainer(models.linear(10), torch.nn.functional.mse_loss, data, config).fit()
+        >>> result.status, result.step
+        ('finished', 8)
     """
 
     @explaining_unknown_keywords  # optimizer=, scheduler=, epochs=...: what was meant, and the line to write
@@ -177,6 +168,7 @@ class Trainer(PeersAttributes):
         run: str | None = None,
         runs_dir: str | os.PathLike = "runs",
         optimizer_factory: OptimizerFactory | None = None,
+        scheduler: LrScheduler | None = None,
         strategy: Strategy | None = None,
         overwrite: bool = False,
         progress: bool | None = None,
@@ -203,19 +195,19 @@ class Trainer(PeersAttributes):
             callbacks.insert(0, MetricsLog(self.run_dir.path))
         self.events = CallbackList(callbacks)
         self.report = FitEvents(self.events, self.strategy, self.config, run)  # the typed events it sends
-        factory = optimizer_factory if optimizer_factory is not None else build_optimizer
-        self.optimizer = check_optimizer(factory(self.model.parameters(), self.config.optimizer))
+        self.optimizer = check_optimizer(optimizer_factory, self.model.parameters(), self.config.optimizer)
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
-        self.steps_per_epoch, self.total_steps = count_steps(self._loaders, self.config)
-        main = self.strategy.is_main
-        self._lrs = GroupLrs(self.optimizer, self.config.optimizer, self.total_steps, warn=main)  # group lrs
+        self.steps_per_epoch, self.total_steps = steps = count_steps(self._loaders, self.config)
+        main, val_metrics = self.strategy.is_main, self.objective.metrics if "val" in self._loaders else None
+        self._lrs = lr_policy(
+            self.optimizer, self.config, scheduler, steps, val_metrics, warn=main
+        )  # schedule
         warn_unevaluated_metrics(self.splits, metrics, warn=main)
         self.step = self.epoch = self._position = 0  # steps, epochs, micro-batches: what a checkpoint holds
         self.settings = Settings.of(self.config)  # the lr and clipping in force
         self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite)  # lock, files, resume
         self._best = BestEpoch(self.config.early_stopping, self.objective, self._loaders, self.record)
-        steps = (self.total_steps, self.steps_per_epoch)
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
 
     def add_callback(self, callback: Callback) -> None:
@@ -237,6 +229,11 @@ class Trainer(PeersAttributes):
     def checkpoint(self) -> Path | None:
         """The last checkpoint written or resumed from (a trainer with ``run=``)."""
         return self.record.checkpoint
+
+    @property
+    def scheduler(self) -> Any:
+        """The torch lr scheduler of ``scheduler=`` (built anew at each fresh fit), or None."""
+        return getattr(self._lrs, "scheduler", None)
 
     @property
     def profile(self) -> ProfileResult | None:
@@ -337,6 +334,7 @@ class Trainer(PeersAttributes):
             self._save()
         val = self.report.evaluated(self.step, self.epoch - 1, "val", self.evaluate("val"))
         self._best.after_eval(self.epoch - 1, val, self.model)  # early stopping's best epoch and patience
+        self._lrs.epoch_done(val)  # a torch scheduler of yours steps here (every="epoch")
         return True
 
     def _run_step(
@@ -360,8 +358,7 @@ class Trainer(PeersAttributes):
         settings = self.settings
         limits = dict(clip_value=settings.clip_value, clip_norm=settings.clip_norm, measure=check is not None)
         grad_norm = gradients.clip_(self.model.parameters(), norm_of=self.strategy.total_norm, **limits)
-        self._lrs.set(self.optimizer, self.step, self.settings.lr)  # the schedule's lr at this step
-        optimizer_step(self.optimizer, self.scaler)
+        self._lrs.step_optimizer(self.optimizer, self.scaler, self.step, self.settings.lr)  # at its lrs
         clock.mark("optimizer")
         self.instruments.optimizer_stepped(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
@@ -401,13 +398,14 @@ class Trainer(PeersAttributes):
             where = resumed.where
             self.step, self.epoch, self._position = where.step, where.epoch, where.position
             self.settings = Settings(where.lr, where.clip_norm, where.clip_value)
+        self._lrs.begin(self.optimizer, resumed, self.settings.lr, lambda: self.evaluate("val"))
         self._best.start(self.epoch, resumed is not None)
         self.instruments.start(self.step)
         self.record.write_config(self.settings)
 
     def _save(self) -> None:
         where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))
-        self.record.save(where, self.model, self.optimizer, self.scaler)
+        self.record.save(where, self.model, self.optimizer, self.scaler, self._lrs.state())
 
 
 def _train_mode(model: torch.nn.Module, strategy: Strategy) -> None:

@@ -139,8 +139,10 @@ class GroupLrs:
     ) -> None:
         """`warn` (the main rank): warn when the warm-up lasts the fit (`warn_if_warmup_outlasts`)."""
         check_group_lrs(optimizer, config.lr)
-        warn_if_warmup_outlasts(config, total_steps, warn=warn, stacklevel=5)  # the Trainer's caller
+        warn_if_warmup_outlasts(config, total_steps, warn=warn, stacklevel=6)  # the Trainer's caller
         self.scales = [group["lr"] / config.lr for group in optimizer.param_groups]
+        at_lr = (i for i, scale in enumerate(self.scales) if math.isclose(scale, 1.0, rel_tol=1e-9))
+        self.reference = next(at_lr)  # a group at the run's lr: the one whose lr the logs show
         self.config, self.total_steps = config, total_steps or 0
         self.now = config.lr  # the run's lr at the last step set: what a logged step reports
 
@@ -151,6 +153,47 @@ class GroupLrs:
         self.now = lr * lr_factor(schedule.schedule, step, self.total_steps, schedule.warmup_steps)
         for index, group in enumerate(optimizer.param_groups):
             group["lr"] = self.now * (self.scales[index] if index < len(self.scales) else 1.0)
+
+    def step_optimizer(self, optimizer: torch.optim.Optimizer, scaler: Any, step: int, lr: float) -> None:
+        """Optimizer step `step` (0-based) at the groups' lrs for it (`set`), through the fp16 `scaler`."""
+        self.set(optimizer, step, lr)
+        optimizer_step(optimizer, scaler)
+        self.stepped()
+
+    def begin(
+        self, optimizer: torch.optim.Optimizer, resumed: Any, lr: float, evaluate: Callable[[], dict]
+    ) -> None:
+        """A fit begins at the run's lr `lr`: fresh (`resumed` None) or from a checkpoint (its `ResumedState`;
+        `evaluate` gives val's metrics, should a scheduler need them)."""
+        if resumed is None:
+            self.start(optimizer, lr)
+        else:
+            self.resume(optimizer, resumed, evaluate)
+
+    # What a torch scheduler does at these points (`workbench.train.lr_scheduler.TorchSchedule`); this
+    # schedule is a function of the step alone, so it keeps nothing and needs none of them.
+
+    def start(self, optimizer: torch.optim.Optimizer, lr: float) -> None:
+        """A fresh fit at the run's lr `lr`."""
+
+    def stepped(self) -> None:
+        """After an optimizer step."""
+
+    def epoch_done(self, val: dict[str, float]) -> None:
+        """After an epoch and its val evaluation (`val`: its metrics)."""
+
+    def state(self) -> dict[str, Any] | None:
+        """What a checkpoint keeps of the schedule: nothing, the config has it."""
+        return None
+
+    def resume(self, optimizer: torch.optim.Optimizer, resumed: Any, evaluate: Callable[[], dict]) -> None:
+        """A resumed fit (`resumed`: its `ResumedState`); refused if a torch scheduler wrote the state."""
+        if (saved := resumed.scheduler) is not None:
+            raise ValueError(
+                f"cannot resume from this checkpoint: it was trained with scheduler {saved['kind']} (every="
+                f"{saved['every']!r}), whose lrs the config's schedule would replace; give the Trainer the "
+                "same scheduler=LrScheduler(...) to go on, or start a new run"
+            )
 
 
 def check_group_lrs(optimizer: torch.optim.Optimizer, lr: float) -> None:

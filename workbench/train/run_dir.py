@@ -122,8 +122,10 @@ def capture_training_state(
     scaler: Any,
     where: LoopPosition,
     config: TrainConfig,
+    scheduler: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything a resume needs, as a checkpoint dict. Every rank calls it (state and RNGs are gathered)."""
+    """Everything a resume needs, as a checkpoint dict (`scheduler`: a torch scheduler's state, from
+    `TorchSchedule.state`). Every rank calls it (state and RNGs are gathered)."""
     cuda = strategy.device.type == "cuda"
     return {
         "model": strategy.model_state(model),
@@ -140,6 +142,7 @@ def capture_training_state(
         "rank_rngs": strategy.gather_object(torch.get_rng_state()) if strategy.world_size > 1 else [],
         "data_shards": strategy.data_world_size,
         "config": config.to_dict(),
+        "scheduler": scheduler,
     }
 
 
@@ -150,11 +153,14 @@ _PARAM_GROUP_KEYS = ("weight_decay", "betas", "momentum", "nesterov")  # lr is s
 
 @dataclass(frozen=True)
 class ResumedState:
-    """What `restore_training_state` found: where the loop stood, and the optimizer settings the new config
-    changes (name → (at the save, now))."""
+    """What `restore_training_state` found: where the loop stood, the optimizer settings the new config
+    changes (name → (at the save, now)), the lr in force at the save and a torch scheduler's state (None
+    without one)."""
 
     where: LoopPosition
     changes: dict[str, tuple[Any, Any]]
+    lr_at_save: float
+    scheduler: dict[str, Any] | None = None
 
     def describe(self) -> str:
         """The changes as one line, e.g. ``lr 0.003 → 0.0001, weight_decay 0.0 → 0.5``; "" when none."""
@@ -218,7 +224,7 @@ def restore_training_state(
         if asked != before:
             changes[name] = (state[name], asked)
     where = LoopPosition(state["step"], state["epoch"], state["position"], lr, **clipping)
-    return ResumedState(where, changes)
+    return ResumedState(where, changes, state["lr"], state.get("scheduler"))
 
 
 def check_resumable(

@@ -82,9 +82,12 @@ class RunRecord:
         """Whether a checkpoint is due after `epoch` whole epochs."""
         return self.run_dir is not None and epoch % self.config.checkpoint_every == 0
 
-    def save(self, where: LoopPosition, model: torch.nn.Module, optimizer: Any, scaler: Any) -> None:
-        """Rank 0 writes the checkpoint (every rank takes part in gathering the state and RNGs)."""
+    def save(
+        self, where: LoopPosition, model: torch.nn.Module, optimizer: Any, scaler: Any, scheduler: Any = None
+    ) -> None:
+        """Rank 0 writes the checkpoint (every rank takes part in gathering the state and RNGs); `scheduler`:
+        a torch scheduler's state (`TorchSchedule.state`)."""
         if self.run_dir is None:
             return
-        state = capture_training_state(self.strategy, model, optimizer, scaler, where, self.config)
+        state = capture_training_state(self.strategy, model, optimizer, scaler, where, self.config, scheduler)
         self.checkpoint = self.run_dir.save(state) if self.strategy.is_main else self.run_dir.checkpoint_path

@@ -25,7 +25,7 @@ from workbench.train.choices import OPTIMIZERS
 from workbench.train.config import PEERS_NAMES, OptimizerConfig, TrainConfig, _fields
 
 OPTIMIZER_NAMES = ("optimizer", "optimizers", "optim", "opt")
-SCHEDULE_NAMES = ("scheduler", "lr_scheduler", "lr_schedulers", "schedulers")
+SCHEDULE_NAMES = ("lr_scheduler", "lr_schedulers", "schedulers")
 DATA_NAMES = (
     "train_dataset", "train_data", "train_dataloader", "train_dataloaders", "train_loader", "dataset",
     "data", "datamodule", "val_dataset", "eval_dataset", "valid_dataset", "val_dataloaders", "val_loader",
@@ -48,7 +48,8 @@ PEERS_ATTRIBUTES = {  # Lightning's (and Hugging Face's) Trainer attributes, and
     "save_checkpoint": "Trainer(..., run='name') saves runs/name/checkpoint.pt after each epoch "
     "(TrainConfig(checkpoint_every=...)); trainer.checkpoint is its path",
     "optimizers": "trainer.optimizer",
-    "lr_schedulers": "trainer.config.optimizer.schedule; the lr now: trainer.optimizer.param_groups[0]['lr']",
+    "lr_schedulers": "trainer.scheduler (the torch one of scheduler=LrScheduler(...)), else the config's "
+    "trainer.config.optimizer.schedule; the lr now: trainer.optimizer.param_groups[0]['lr']",
 }
 
 
@@ -146,7 +147,9 @@ def unknown_keyword(name: str, value: Any, accepted: list[str], *, has_config: b
         example = _config_line({"optimizer": {"schedule": "cosine", "warmup_steps": 100}}, has_config)
         return (
             f"{said}: the lr schedule is OptimizerConfig's schedule ('constant', 'cosine' or 'linear', to 0 "
-            f"at the last step) after warmup_steps of linear warm-up; write {example}"
+            f"at the last step) after warmup_steps of linear warm-up; write {example}; or give your torch "
+            "scheduler, built on the Trainer's optimizer: scheduler=LrScheduler(lambda optimizer, plan: "
+            "OneCycleLR(optimizer, plan.lr, plan.steps), every='step') (workbench.train's LrScheduler)"
         )
     if name in DATA_NAMES:
         return (

@@ -1,0 +1,417 @@
+"""Your own torch lr scheduler in a fit: ``Trainer(..., scheduler=LrScheduler(factory, every="step"))``.
+
+The Trainer builds the optimizer (on the parameters it trains, which DDP and FSDP wrap first), so it builds
+the scheduler on it too, from ``factory(optimizer, plan)``; `FitPlan` says how long the fit is and at what
+lr it runs. ``every="step"`` steps the scheduler after every optimizer step (OneCycleLR, a warm-up
+LambdaLR, CosineAnnealingLR over ``plan.steps``); ``every="epoch"`` after every epoch's val evaluation
+(MultiStepLR with milestones in epochs, ReduceLROnPlateau on a val metric, ``monitor=``).
+
+What the Trainer's own schedule does, a torch scheduler does too (`TorchSchedule`): the logged lr is the
+one each step used; a Dashboard's Apply (and a resume with another lr) scales every lr the scheduler gives
+by new / old, as the built-in schedules scale with the peak lr; its state goes into the checkpoint, so a
+resume continues it where it was (a longer fit rebuilds it for the new plan, moved to the step it was at).
+
+Example:
+    >>> from torch.optim.lr_scheduler import OneCycleLR
+    >>> from workbench.presets import build_experiment
+    >>> from workbench.train import Trainer
+    >>> e = build_experiment("digits-mlp", epochs=2)
+    >>> one_cycle = LrScheduler(lambda optimizer, plan: OneCycleLR(optimizer, plan.lr, plan.steps), "step")
+    >>> trainer = Trainer(e.model, e.loss_fn, e.splits, e.config, scheduler=one_cycle, progress=False)
+    >>> trainer.fit().status, type(trainer.scheduler).__name__
+    ('finished', 'OneCycleLR')
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
+
+from workbench._validate import check_choice
+from workbench.train.config import TrainConfig
+from workbench.train.optim import GroupLrs
+
+EVERY = ("step", "epoch")
+_LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")  # param-group entries that are lrs (OneCycleLR's too)
+_SCHEDULER_LRS = ("base_lrs", "_last_lr", "max_lrs", "min_lrs")  # a scheduler's lists of lrs (CyclicLR's…)
+_ORDER_WARNING = r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`"  # fp16's skips
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """What a scheduler's factory knows of the fit it schedules.
+
+    Attributes:
+        lr: the run's lr (``OptimizerConfig.lr``); the optimizer's param groups are at it (or at multiples).
+        epochs: epochs in the fit.
+        steps_per_epoch, steps: optimizer steps in an epoch and in the whole fit (None for a training split
+            without a length, an IterableDataset without ``__len__``).
+    """
+
+    lr: float
+    epochs: int
+    steps_per_epoch: int | None
+    steps: int | None
+
+
+@dataclass(frozen=True)
+class LrScheduler:
+    """A torch lr scheduler the Trainer builds on its optimizer and steps.
+
+    Args:
+        factory: ``factory(optimizer, plan) -> torch.optim.lr_scheduler.LRScheduler``, built on the
+            `optimizer` it is given; `plan` is a `FitPlan` (``plan.steps``, ``plan.epochs``, ``plan.lr``).
+        every: ``"step"``: the scheduler steps after every optimizer step; ``"epoch"``: after every epoch,
+            once val is evaluated (ReduceLROnPlateau steps on a val metric, so only there).
+        monitor: ReduceLROnPlateau's val metric: ``"loss"`` (the default), ``"accuracy"`` or a name of the
+            Trainer's ``metrics=``.
+
+    Example:
+        >>> from torch.optim.lr_scheduler import MultiStepLR
+        >>> LrScheduler(lambda optimizer, plan: MultiStepLR(optimizer, milestones=[30, 60]), every="epoch").every
+        'epoch'
+        >>> LrScheduler(MultiStepLR, every="epoch")
+        Traceback (most recent call last):
+        ...
+        TypeError: factory is the class MultiStepLR; give a function that builds it on the Trainer's optimizer: LrScheduler(lambda optimizer, plan: MultiStepLR(optimizer, ...), every='epoch')
+    """  # noqa: E501
+
+    factory: Callable[[torch.optim.Optimizer, FitPlan], Any]
+    every: str
+    monitor: str | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("every", self.every, EVERY)
+        line = _factory_line(self.factory, self.every)
+        if isinstance(self.factory, type | LRScheduler):
+            name = _kind_name(self.factory)
+            said = f"the class {name}" if isinstance(self.factory, type) else f"a {name}"
+            raise TypeError(
+                f"factory is {said}; give a function that builds it on the Trainer's optimizer: {line}"
+            )
+        if not callable(self.factory):
+            raise TypeError(
+                f"factory must be a function factory(optimizer, plan) -> a torch lr scheduler, got "
+                f"{type(self.factory).__name__}; e.g. {line}"
+            )
+        try:
+            inspect.signature(self.factory).bind(None, None)
+        except TypeError:
+            shown = f"{getattr(self.factory, '__name__', 'it')}{inspect.signature(self.factory)}"
+            raise TypeError(
+                f"factory is called as factory(optimizer, plan), but {shown} does not take those two "
+                f"arguments; e.g. {line}"
+            ) from None
+        except ValueError:  # a builtin without a signature: called as it is
+            pass
+        if self.monitor is not None and (not isinstance(self.monitor, str) or not self.monitor):
+            raise ValueError(f"monitor must be the name of a val metric such as 'loss', got {self.monitor!r}")
+
+
+def as_lr_scheduler(value: Any) -> LrScheduler | None:
+    """`value` given as ``Trainer(scheduler=...)`` as an `LrScheduler` (None: none); TypeError, with the line
+    to write, for a scheduler built on an optimizer of yours, its class, a bare function or a name."""
+    if value is None or isinstance(value, LrScheduler):
+        return value
+    if isinstance(value, str):
+        raise TypeError(
+            f"scheduler={value!r}: the built-in schedules are OptimizerConfig's schedule ('constant', "
+            "'cosine', 'linear', with warmup_steps): config=TrainConfig(optimizer=OptimizerConfig(schedule="
+            f"{value!r})); scheduler= takes your torch scheduler as LrScheduler(factory, every=...)"
+        )
+    if isinstance(value, LRScheduler | type):
+        name = _kind_name(value)
+        every = "step" if name in ("OneCycleLR", "CyclicLR") else "epoch"
+        owner = "is built on an optimizer of yours" if isinstance(value, LRScheduler) else "is a class"
+        hint = "" if every == "step" or _is_plateau(value) else " (or every='step': after each batch)"
+        raise TypeError(
+            f"scheduler={name}(...) {owner}; the Trainer builds the optimizer on the parameters it trains, "
+            f"and the scheduler on that optimizer from a function: scheduler={_factory_line(value, every)}"
+            f"{hint} (workbench.train's LrScheduler; plan.steps and plan.epochs give the fit's length)"
+        )
+    if callable(value):
+        name = getattr(value, "__name__", "factory")
+        raise TypeError(
+            f"scheduler= takes LrScheduler({name}, every='step' or 'epoch'): say whether the scheduler steps "
+            "after every optimizer step or after every epoch (workbench.train's LrScheduler)"
+        )
+    raise TypeError(f"scheduler must be LrScheduler(factory, every=...) or None, got {type(value).__name__}")
+
+
+def _is_plateau(value: Any) -> bool:
+    return isinstance(value, ReduceLROnPlateau) or value is ReduceLROnPlateau
+
+
+def _kind_name(value: Any) -> str:
+    return value.__name__ if isinstance(value, type) else type(value).__name__
+
+
+def _factory_line(value: Any, every: str) -> str:
+    """``LrScheduler(lambda optimizer, plan: Name(optimizer, ...), every=...)`` for a scheduler (with the
+    settings it was built with) or its class."""
+    built = _built_with(value) if isinstance(value, type | LRScheduler) else "OneCycleLR(optimizer, ...)"
+    watched = ", monitor='accuracy'" if getattr(value, "mode", None) == "max" and _is_plateau(value) else ""
+    return f"LrScheduler(lambda optimizer, plan: {built}, every={every!r}{watched})"
+
+
+def _built_with(value: Any) -> str:
+    """``Name(optimizer, setting=...)``: the settings a scheduler keeps as attributes that differ from its
+    defaults; ``...`` for a required one it does not keep; OneCycleLR's lr and length from the plan."""
+    kind = value if isinstance(value, type) else type(value)
+    if kind.__name__ == "OneCycleLR":  # its length must be the fit's, or its step raises at the end
+        return "OneCycleLR(optimizer, max_lr=plan.lr, total_steps=plan.steps)"
+    try:
+        parameters = list(inspect.signature(kind).parameters.values())[1:]  # after the optimizer
+    except (TypeError, ValueError):
+        return f"{kind.__name__}(optimizer, ...)"
+    settings = []
+    for parameter in parameters:
+        if parameter.name in ("last_epoch", "verbose") or parameter.kind is parameter.VAR_KEYWORD:
+            continue
+        kept = getattr(value, parameter.name, inspect.Parameter.empty)
+        if isinstance(kept, Counter):  # MultiStepLR's milestones
+            kept = sorted(kept.elements())
+        if kept is inspect.Parameter.empty or isinstance(value, type):
+            if parameter.default is inspect.Parameter.empty:
+                settings.append(f"{parameter.name}=...")
+        elif not _same(kept, parameter.default):
+            settings.append(f"{parameter.name}={kept!r}")
+    return f"{kind.__name__}({', '.join(['optimizer', *settings])})"
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
+def lr_policy(
+    optimizer: torch.optim.Optimizer,
+    config: TrainConfig,
+    scheduler: Any,
+    steps: tuple[int | None, int | None],
+    val_metrics: Iterable[str] | None,
+    warn: bool = True,
+) -> GroupLrs:
+    """How the fit sets its lrs: the config's schedule (`GroupLrs`), or `scheduler` (`TorchSchedule`; what
+    `as_lr_scheduler` takes). `steps`: optimizer steps per epoch and in the fit; `val_metrics`: the metrics
+    val gives (None: no val split)."""
+    scheduler = as_lr_scheduler(scheduler)
+    if scheduler is None:
+        return GroupLrs(optimizer, config.optimizer, steps[1], warn=warn)
+    return TorchSchedule(optimizer, config, scheduler, steps, val_metrics)
+
+
+class TorchSchedule(GroupLrs):
+    """A fit's lrs from a torch scheduler (`LrScheduler`): built at the fit's start on the optimizer, stepped
+    after each optimizer step or epoch, its lrs scaled by new / old when the run's lr changes (a Dashboard's
+    Apply, a resume with another lr), its state kept in checkpoints (`state`, `resume`).
+
+    Raises ValueError when it cannot run as asked: beside the config's own schedule or warm-up, on another
+    optimizer than the one it is given, or a ReduceLROnPlateau without a val metric to watch.
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        config: TrainConfig,
+        spec: LrScheduler,
+        steps: tuple[int | None, int | None],
+        val_metrics: Iterable[str] | None,
+    ) -> None:
+        schedule = config.optimizer
+        if schedule.schedule != "constant" or schedule.warmup_steps:
+            raise ValueError(
+                f"scheduler= and OptimizerConfig(schedule={schedule.schedule!r}, warmup_steps="
+                f"{schedule.warmup_steps}) would both set the lr; keep one: schedule='constant' and "
+                "warmup_steps=0 beside your scheduler (a warm-up goes into it: torch's LinearLR in a "
+                "SequentialLR), or no scheduler="
+            )
+        super().__init__(optimizer, schedule, steps[1], warn=False)
+        self.spec, self.epochs, self.steps_per_epoch = spec, config.epochs, steps[0]
+        self.epochs_stepped = 0  # the epochs an every="epoch" scheduler has stepped for
+        self.scheduler = self._build(optimizer, schedule.lr)
+        self.kind = type(self.scheduler).__name__
+        self._check_plateau(val_metrics)
+
+    def _check_plateau(self, val_metrics: Iterable[str] | None) -> None:
+        spec, kind = self.spec, self.kind
+        if not isinstance(self.scheduler, ReduceLROnPlateau):
+            if spec.monitor is not None:
+                raise ValueError(
+                    f"monitor={spec.monitor!r} is the val metric a ReduceLROnPlateau watches, and the "
+                    f"factory built a {kind}, which steps on its own; leave monitor out"
+                )
+            return
+        if spec.every != "epoch":
+            raise ValueError(f"{kind} steps on a val metric, which comes once per epoch: give every='epoch'")
+        monitor = spec.monitor or "loss"
+        if val_metrics is None:
+            raise ValueError(
+                f"{kind} watches the val split's {monitor} after each epoch, and the data has no val "
+                "split: give one, Trainer(model, loss_fn, (train, val), config), or another scheduler"
+            )
+        known = {"loss", "accuracy", *val_metrics}
+        if monitor not in known:
+            raise ValueError(
+                f"{kind} watches monitor={monitor!r}, which the Trainer does not compute; it computes "
+                f"{', '.join(map(repr, sorted(known)))} on val (accuracy for classification)"
+            )
+        better = {"loss": "min", "accuracy": "max"}.get(monitor)
+        if better is not None and self.scheduler.mode != better:
+            raise ValueError(
+                f"{kind}(mode={self.scheduler.mode!r}) watches val {monitor}, for which "
+                f"{'lower' if better == 'min' else 'higher'} is better: build it with mode={better!r}, or "
+                f"watch another metric ({'monitor=' + repr('accuracy') + ', ' if better == 'min' else ''}"
+                "a name of your metrics=)"
+            )
+
+    def _build(self, optimizer: torch.optim.Optimizer, lr: float) -> LRScheduler:
+        """The factory's scheduler on `optimizer`, its groups set back to their multiples of `lr` first."""
+        for scale, group in zip(self.scales, optimizer.param_groups, strict=False):
+            group.pop("initial_lr", None)  # a scheduler built before (an earlier fit's) left it
+            group["lr"] = scale * lr
+        plan = FitPlan(lr, self.epochs, self.steps_per_epoch, self.total_steps or None)
+        scheduler = self.spec.factory(optimizer, plan)
+        if not isinstance(scheduler, LRScheduler):
+            raise TypeError(
+                f"the scheduler's factory returned {type(scheduler).__name__}, not a torch lr scheduler; "
+                "return one built on the optimizer it is given: lambda optimizer, plan: "
+                "torch.optim.lr_scheduler.OneCycleLR(optimizer, plan.lr, plan.steps)"
+            )
+        if scheduler.optimizer is not optimizer:
+            raise ValueError(
+                f"the scheduler's factory built a {type(scheduler).__name__} on another optimizer than the "
+                "one it was given; build it on the factory's first argument, the optimizer the Trainer steps"
+            )
+        self.peak, self.now = lr, optimizer.param_groups[self.reference]["lr"]
+        return scheduler
+
+    def start(self, optimizer: torch.optim.Optimizer, lr: float) -> None:
+        """A fresh fit at the run's lr `lr`: the scheduler built anew (an earlier fit left it at its end)."""
+        self.scheduler, self.epochs_stepped = self._build(optimizer, lr), 0
+
+    def set(self, optimizer: torch.optim.Optimizer, step: int, lr: float) -> None:
+        """Before optimizer step `step`: scale the schedule by `lr` / the run's lr so far when they differ."""
+        if lr != self.peak:
+            _scale_lrs(optimizer, self.scheduler, lr / self.peak)
+            self.peak = lr
+        self.now = optimizer.param_groups[self.reference]["lr"]
+
+    def stepped(self) -> None:
+        """After an optimizer step."""
+        if self.spec.every == "step":
+            self._step()
+
+    def epoch_done(self, val: dict[str, float]) -> None:
+        """After an epoch and its val evaluation (`val`: its metrics)."""
+        if self.spec.every != "epoch":
+            return
+        if isinstance(self.scheduler, ReduceLROnPlateau):
+            monitor = self.spec.monitor or "loss"
+            if not val:
+                return  # nothing evaluated (an empty val shard): nothing to judge by
+            if monitor not in val:
+                raise ValueError(
+                    f"{self.kind} watches monitor={monitor!r}, and val gave only {', '.join(map(repr, val))} "
+                    "(accuracy is computed for classification only); give monitor='loss'"
+                )
+            self._step(float(val[monitor]))
+        else:
+            self._step()
+        self.epochs_stepped += 1
+
+    def _step(self, *metric: float) -> None:
+        with warnings.catch_warnings():  # fp16's scaler skips a step when its gradients overflowed
+            warnings.filterwarnings("ignore", _ORDER_WARNING, UserWarning)
+            try:
+                self.scheduler.step(*metric)
+            except ValueError as error:  # OneCycleLR: "Tried to step 11 times…"
+                raise ValueError(
+                    f"{self.kind}.step() failed after {self.spec.every} {self._count()}: {error}; build it "
+                    f"for the fit's length (plan.steps = {self.total_steps or None}, plan.epochs = "
+                    f"{self.epochs})"
+                ) from None
+
+    def _count(self) -> int:
+        return int(getattr(self.scheduler, "last_epoch", 0))
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of it."""
+        return {
+            "kind": self.kind,
+            "every": self.spec.every,
+            "plan": [self.total_steps or None, self.epochs],
+            "epochs_stepped": self.epochs_stepped,
+            "state": self.scheduler.state_dict(),
+        }
+
+    def resume(self, optimizer: torch.optim.Optimizer, resumed: Any, evaluate: Callable[[], dict]) -> None:
+        """Go on with the scheduler a checkpoint kept (`resumed`: its `ResumedState`, the optimizer already
+        loaded): as it was, or, for a fit that grew longer, rebuilt for the new plan and stepped to where it
+        was. An every="epoch" scheduler saved before its epoch's step (checkpoints precede val) takes it now,
+        on val evaluated again (`evaluate`) when it watches a metric."""
+        saved = resumed.scheduler
+        if saved is None:
+            raise ValueError(
+                f"cannot resume from this checkpoint with scheduler= ({self.kind}): it was trained without "
+                "one, on OptimizerConfig's schedule; resume without scheduler=, or start a new run"
+            )
+        if (saved.get("kind"), saved.get("every")) != (self.kind, self.spec.every):
+            raise ValueError(
+                f"cannot resume from this checkpoint: it was trained with scheduler {saved.get('kind')} "
+                f"(every={saved.get('every')!r}), and this Trainer has {self.kind} (every="
+                f"{self.spec.every!r}); give the same scheduler= to go on, or start a new run"
+            )
+        kept = [
+            {key: value for key, value in group.items() if key != "params"}
+            for group in optimizer.param_groups
+        ]
+        self.scheduler = self._build(optimizer, resumed.lr_at_save)
+        plan = [self.total_steps or None, self.epochs]
+        if list(saved["plan"]) == plan or isinstance(self.scheduler, ReduceLROnPlateau):
+            for group, values in zip(optimizer.param_groups, kept, strict=False):
+                group.update(values)  # the loaded lrs (and OneCycleLR's momentum), which _build reset
+            self.scheduler.load_state_dict(saved["state"])
+            self.epochs_stepped = int(saved["epochs_stepped"])
+        else:  # epochs grew: the scheduler built for the longer fit, moved to where the saved one was
+            moves = resumed.where.step if self.spec.every == "step" else int(saved["epochs_stepped"])
+            for _ in range(moves):
+                self._step()
+            self.epochs_stepped = moves if self.spec.every == "epoch" else 0
+            warnings.warn(
+                f"the checkpoint's {self.kind} was built for {saved['plan'][0]} steps in {saved['plan'][1]} "
+                f"epochs, and this fit has {plan[0]} in {plan[1]}: it was built again for them and moved "
+                f"{moves} {self.spec.every}s on, so the lr follows the longer plan from here",
+                UserWarning,
+                stacklevel=2,
+            )
+        self.now = optimizer.param_groups[self.reference]["lr"]
+        if self.spec.every == "epoch" and self.epochs_stepped < resumed.where.epoch:
+            self.epoch_done(evaluate() if isinstance(self.scheduler, ReduceLROnPlateau) else {})
+
+
+def _scale_lrs(optimizer: torch.optim.Optimizer, scheduler: LRScheduler, ratio: float) -> None:
+    """Every lr `scheduler` gives, from now on, times `ratio`: the param groups' lrs (and the initial, peak
+    and floor lrs schedulers keep there) and the scheduler's own (those of a SequentialLR's parts too)."""
+    for group in optimizer.param_groups:
+        for key in _LR_KEYS:
+            if isinstance(group.get(key), float | int) and not isinstance(group.get(key), bool):
+                group[key] *= ratio
+    schedulers = [scheduler]
+    while schedulers:
+        part = schedulers.pop()
+        for name in _SCHEDULER_LRS:
+            if isinstance(getattr(part, name, None), list):
+                setattr(part, name, [lr * ratio for lr in getattr(part, name)])
+        if isinstance(getattr(part, "eta_min", None), float | int):
+            part.eta_min *= ratio
+        schedulers.extend(getattr(part, "_schedulers", []))
