@@ -6,6 +6,7 @@ step decay at epoch milestones and ReduceLROnPlateau could not be had at all."""
 
 from __future__ import annotations
 
+import json
 import re
 import warnings
 
@@ -327,3 +328,16 @@ def test_the_line_printed_for_a_scheduler_built_on_your_optimizer_trains_when_pa
     assert type(trainer.scheduler) is type(given)
     if lrs_per_epoch is not None:
         assert [seen.lrs[6 * epoch] for epoch in range(3)] == pytest.approx(lrs_per_epoch)
+
+
+def test_config_json_says_which_scheduler_the_run_steps_and_the_runs_browser_tells_runs_apart(tmp_path):
+    from workbench.train.runs import config_diff, list_runs
+
+    plateau = LrScheduler(lambda optimizer, plan: lr_scheduler.ReduceLROnPlateau(optimizer), "epoch")
+    for run, scheduler in (("one-cycle", ONE_CYCLE), ("plateau", plateau), ("config's", None)):
+        options = dict(scheduler=scheduler, run=run, runs_dir=tmp_path, progress=False)
+        Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, CONFIG, **options).fit()
+    written = json.loads((tmp_path / "plateau" / "config.json").read_text())
+    assert written["scheduler"] == {"kind": "ReduceLROnPlateau", "every": "epoch", "monitor": "loss"}
+    runs = sorted(list_runs(tmp_path), key=lambda run: run.name)
+    assert config_diff(runs)["scheduler.kind"] == [None, "OneCycleLR", "ReduceLROnPlateau"]

@@ -206,7 +206,7 @@ class Trainer(PeersAttributes):
         warn_unevaluated_metrics(self.splits, metrics, warn=main)
         self.step = self.epoch = self._position = 0  # steps, epochs, micro-batches: what a checkpoint holds
         self.settings = Settings.of(self.config)  # the lr and clipping in force
-        self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite)  # lock, files, resume
+        self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite, self._lrs.described())
         self._best = BestEpoch(self.config.early_stopping, self.objective, self._loaders, self.record)
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
 

@@ -344,6 +344,13 @@ class TorchSchedule(GroupLrs):
     def _count(self) -> int:
         return int(getattr(self.scheduler, "last_epoch", 0))
 
+    def described(self) -> dict[str, Any]:
+        """What config.json says of it: its kind, when it steps and what a plateau watches."""
+        watched = (
+            {"monitor": self.spec.monitor or "loss"} if isinstance(self.scheduler, ReduceLROnPlateau) else {}
+        )
+        return {"kind": self.kind, "every": self.spec.every, **watched}
+
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of it."""
         return {

@@ -182,6 +182,10 @@ class GroupLrs:
     def epoch_done(self, val: dict[str, float]) -> None:
         """After an epoch and its val evaluation (`val`: its metrics)."""
 
+    def described(self) -> dict[str, Any] | None:
+        """What config.json says of a torch scheduler: nothing, the config holds this schedule."""
+        return None
+
     def state(self) -> dict[str, Any] | None:
         """What a checkpoint keeps of the schedule: nothing, the config has it."""
         return None

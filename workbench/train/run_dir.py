@@ -86,12 +86,14 @@ class RunDir:
         """This run's checkpoint, or None before its first save."""
         return self.checkpoint_path if self.checkpoint_path.is_file() else None
 
-    def write_config(self, config: TrainConfig) -> Path:
-        """Create the directory and write ``config.json`` (the config this run trains with now)."""
+    def write_config(self, config: TrainConfig, scheduler: dict[str, Any] | None = None) -> Path:
+        """Create the directory and write ``config.json`` (the config this run trains with now, and the torch
+        lr `scheduler` it steps, if any: its kind and when it steps)."""
         self.path.mkdir(parents=True, exist_ok=True)
         descriptor = open_run_file(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        written = config.to_dict() | ({"scheduler": scheduler} if scheduler is not None else {})
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(json.dumps(config.to_dict(), indent=2))
+            file.write(json.dumps(written, indent=2))
         return self.config_path
 
     def save(self, state: dict[str, Any]) -> Path:

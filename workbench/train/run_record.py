@@ -36,9 +36,16 @@ class RunRecord:
     """
 
     def __init__(
-        self, run_dir: RunDir | None, strategy: Strategy, config: TrainConfig, overwrite: bool = False
+        self,
+        run_dir: RunDir | None,
+        strategy: Strategy,
+        config: TrainConfig,
+        overwrite: bool = False,
+        scheduler: dict[str, Any] | None = None,
     ) -> None:
+        """`scheduler`: the torch lr scheduler the run steps, as config.json says it (`TorchSchedule`)."""
         self.run_dir, self.strategy, self.config, self.overwrite = run_dir, strategy, config, overwrite
+        self.scheduler = scheduler
         self.checkpoint: Path | None = None
         self._writes = run_dir is not None and strategy.is_main  # one writer, also on a shared filesystem
 
@@ -62,7 +69,7 @@ class RunRecord:
         """config.json as training runs now: the config with the lr and clipping in force (a dashboard's
         change, or a resume's), so that the run's record never says what no step used."""
         if self._writes and self.run_dir is not None:
-            self.run_dir.write_config(settings.in_config(self.config))
+            self.run_dir.write_config(settings.in_config(self.config), self.scheduler)
 
     def resume(
         self, resume: bool | str | os.PathLike, model: torch.nn.Module, optimizer: Any, scaler: Any
