@@ -185,10 +185,10 @@ def test_a_longer_resumed_fit_rebuilds_the_scheduler_for_its_plan_where_it_was(t
         lambda optimizer, plan: lr_scheduler.CosineAnnealingLR(optimizer, plan.steps), "step"
     )
     _stopped_after(8, cosine, tmp_path)
-    with pytest.warns(
-        UserWarning, match=r"built for 18 steps in 3 epochs, and this fit has 36 in 6: .* 8 steps"
-    ):
+    said = r"built for 18 steps in 3 epochs, and this fit has 36 in 6: .* moved 8 steps on"
+    with pytest.warns(UserWarning, match=said) as caught:
         _, after = _resumed(cosine, tmp_path, CONFIG.replace(epochs=6))
+    assert caught[0].filename == __file__  # said where fit(resume=True) was called
     longer = _hand_loop_lrs(lambda optimizer: lr_scheduler.CosineAnnealingLR(optimizer, 36), 36)
     assert after.lrs == pytest.approx(longer[8:])
 

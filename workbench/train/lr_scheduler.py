@@ -399,7 +399,7 @@ class TorchSchedule(GroupLrs):
                 f"epochs, and this fit has {plan[0]} in {plan[1]}: it was built again for them and moved "
                 f"{moves} {self.spec.every}s on, so the lr follows the longer plan from here",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=6,  # the fit(resume=...) call: past begin, _start, _fit and fit
             )
         self.now = optimizer.param_groups[self.reference]["lr"]
         if self.spec.every == "epoch" and self.epochs_stepped < resumed.where.epoch:
