@@ -4,6 +4,8 @@ NVML telemetry."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -164,3 +166,20 @@ def test_a_class_weighted_loss_module_trains_on_cuda_and_a_mask_left_on_the_cpu_
 
     with pytest.raises(ValueError, match=r"mask \(\(10,\) on cpu\) is a plain tensor attribute"):
         Trainer(WithMask(), functional.cross_entropy, digits, config).fit()
+
+
+def test_a_one_cycle_scheduler_under_fp16_loss_scaling_steps_silently_and_as_many_times_as_the_fit(digits):
+    """fp16's GradScaler skips the first steps, whose scaled gradients overflow; torch then warns that the
+    scheduler stepped before the optimizer. The Trainer steps it on every step, as its own schedules count."""
+    from torch.optim.lr_scheduler import OneCycleLR
+
+    from workbench.train import LrScheduler
+
+    one_cycle = LrScheduler(lambda optimizer, plan: OneCycleLR(optimizer, plan.lr, plan.steps), "step")
+    config = TrainConfig(epochs=2, batch_size=64, precision="fp16", device="cuda")
+    trainer = Trainer(_mlp(), functional.cross_entropy, digits, config, scheduler=one_cycle)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = trainer.fit()
+    assert [str(w.message) for w in caught if "lr_scheduler" in str(w.message)] == []
+    assert result.status == "finished" and trainer.scheduler.last_epoch == trainer.total_steps

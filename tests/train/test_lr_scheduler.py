@@ -341,3 +341,19 @@ def test_config_json_says_which_scheduler_the_run_steps_and_the_runs_browser_tel
     assert written["scheduler"] == {"kind": "ReduceLROnPlateau", "every": "epoch", "monitor": "loss"}
     runs = sorted(list_runs(tmp_path), key=lambda run: run.name)
     assert config_diff(runs)["scheduler.kind"] == [None, "OneCycleLR", "ReduceLROnPlateau"]
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """Samples without a length: the fit's number of steps is unknown."""
+
+    def __iter__(self):
+        yield from zip(X, (X[:, 0] > 0).long(), strict=True)
+
+
+def test_a_scheduler_that_needs_the_fits_length_says_why_it_is_missing_and_one_that_does_not_trains():
+    with pytest.raises(ValueError, match="total_steps") as caught:
+        Trainer(nn.Linear(6, 2), F.cross_entropy, _Stream(), CONFIG, scheduler=ONE_CYCLE)
+    assert "the fit's length is unknown (a training split without __len__" in caught.value.__notes__[0]
+    halving = LrScheduler(lambda optimizer, plan: lr_scheduler.StepLR(optimizer, 1, 0.5), "epoch")
+    _, seen = _fit(halving, splits=_Stream())
+    assert seen.lrs[0] == 0.1 and seen.lrs[-1] == 0.025

@@ -270,8 +270,7 @@ class TorchSchedule(GroupLrs):
             raise ValueError(
                 f"{kind}(mode={self.scheduler.mode!r}) watches val {monitor}, for which "
                 f"{'lower' if better == 'min' else 'higher'} is better: build it with mode={better!r}, or "
-                f"watch another metric ({'monitor=' + repr('accuracy') + ', ' if better == 'min' else ''}"
-                "a name of your metrics=)"
+                f"give monitor={'accuracy' if better == 'min' else 'loss'!r} (or a name of your metrics=)"
             )
 
     def _build(self, optimizer: torch.optim.Optimizer, lr: float) -> LRScheduler:
@@ -280,7 +279,16 @@ class TorchSchedule(GroupLrs):
             group.pop("initial_lr", None)  # a scheduler built before (an earlier fit's) left it
             group["lr"] = scale * lr
         plan = FitPlan(lr, self.epochs, self.steps_per_epoch, self.total_steps or None)
-        scheduler = self.spec.factory(optimizer, plan)
+        try:
+            scheduler = self.spec.factory(optimizer, plan)
+        except Exception as error:
+            if plan.steps is None:  # the factory's own traceback, with why its length is missing
+                error.add_note(
+                    "the fit's length is unknown (a training split without __len__, an IterableDataset), so "
+                    "plan.steps and plan.steps_per_epoch are None: give the dataset a __len__, or a scheduler"
+                    " that needs no length"
+                )
+            raise
         if not isinstance(scheduler, LRScheduler):
             raise TypeError(
                 f"the scheduler's factory returned {type(scheduler).__name__}, not a torch lr scheduler; "
