@@ -39,6 +39,9 @@ def add(commands: argparse._SubParsersAction) -> None:
         "the best epoch's weights (a named run: RUNS_DIR/RUN/best.pt)",
     )
     train.add_argument("--monitor", help="with --patience: the val metric watched (default loss; accuracy)")
+    train.add_argument(
+        "--eval-every-steps", type=int, help="evaluate val also every this many steps within an epoch"
+    )
     train.add_argument("--seed", type=int)
     train.add_argument("--device", choices=DEVICES)
     train.add_argument("--n-samples", type=int, help="dataset size (regression, images-cnn, text)")

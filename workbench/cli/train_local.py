@@ -26,6 +26,7 @@ _CHANGEABLE = (
     "seed",
     "device",
     "n_samples",
+    "eval_every_steps",
 )
 
 

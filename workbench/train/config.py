@@ -162,6 +162,9 @@ class TrainConfig:
             `DataParallel` only.
         early_stopping: an `EarlyStopping`: stop when a val metric has stopped improving, and end with the
             best epoch's weights; None: train every epoch.
+        eval_every_steps: evaluate val also every this many optimizer steps within an epoch (for the plots
+            and logs of a long epoch; early stopping and a ReduceLROnPlateau judge the epochs' ends), ≥ 1;
+            None: at each epoch's end only.
 
     Example:
         >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
@@ -192,6 +195,7 @@ class TrainConfig:
     profile_steps: tuple[int, int] | None = None
     compile: str = "off"
     early_stopping: EarlyStopping | None = None
+    eval_every_steps: int | None = None
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -205,6 +209,8 @@ class TrainConfig:
         check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         check_int("log_every", self.log_every, minimum=1)
         check_int("checkpoint_every", self.checkpoint_every, minimum=1)
+        if self.eval_every_steps is not None:
+            check_int("eval_every_steps", self.eval_every_steps, minimum=1)
         check_choice("device", self.device, DEVICES)
         if self.profile_steps is not None:
             _check_profile_steps(self.profile_steps)
@@ -296,6 +302,8 @@ PEERS_NAMES = {
     "max_grad_norm": "clip_norm",
     "gradient_clip_val": "clip_norm",
     "mixed_precision": "precision",
+    "eval_steps": "eval_every_steps",
+    "val_check_interval": "eval_every_steps",
 }
 # Lightning's and Accelerate's names for our precisions (autocast ones: "bf16-true" casts the weights)
 PEERS_PRECISIONS: dict[object, str] = {

@@ -10,7 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
-from workbench.train.events import Callback
+from workbench.train.events import Callback, CallbackList
 
 
 @runtime_checkable
@@ -47,3 +47,27 @@ class Job(Protocol):
     def worker_pids(self) -> dict[int, int] | None:
         """rank → pid of the worker processes training now (they change from run to run); None when the
         job trains in this process (a driver samples this process anyway)."""
+
+
+class InProcessJob:
+    """The `Job` members of a job that trains in this process (the `Trainer`), answered from its `events`,
+    `strategy` and `control`."""
+
+    events: CallbackList
+    strategy: Any
+    control: TrainControl
+
+    def add_callback(self, callback: Callback) -> None:
+        """Subscribe `callback` to this trainer's events (a dashboard attaching itself, for example)."""
+        self.events.callbacks.append(callback)
+
+    def describe(self) -> str:
+        """Where this trainer runs, e.g. "1 process on cpu"."""
+        return self.strategy.describe()
+
+    def terminate(self) -> None:
+        """Stop at the next step boundary, from any thread (as `control.stop()`; a step is never cut)."""
+        self.control.stop()
+
+    def worker_pids(self) -> None:
+        """None: a Trainer trains in this process (`Job`)."""

@@ -46,6 +46,7 @@ from workbench.train.events import Callback, CallbackList
 from workbench.train.fit_events import FitEvents
 from workbench.train.instruments import StepInstruments
 from workbench.train.interrupts import after_interrupt, one_line_interrupts
+from workbench.train.job import InProcessJob
 from workbench.train.log_window import LogWindow
 from workbench.train.loss_check import NonFiniteLossError, check_finite
 from workbench.train.lr_scheduler import LrScheduler, lr_policy
@@ -106,9 +107,10 @@ class FitResult:
         return cls(status, step, epoch, seconds, train_loss, metrics, checkpoint, best_epoch)
 
 
-class Trainer(PeersAttributes):
-    """Trains `model` on the training split, evaluating on val after each epoch and on test once, when the
-    fit finishes (not when it is stopped: the test split judges the final model, never a choice on the way).
+class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' attributes explained
+    """Trains `model` on the training split, evaluating on val after each epoch (and every
+    ``config.eval_every_steps``) and on test once, when the fit finishes (not when it is stopped: the test
+    split judges the final model, never a choice on the way).
 
     Args:
         model: a torch module; moved to the config's device.
@@ -209,21 +211,6 @@ class Trainer(PeersAttributes):
         self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite, self._lrs.described())
         self._best = BestEpoch(self.config.early_stopping, self.objective, self._loaders, self.record)
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
-
-    def add_callback(self, callback: Callback) -> None:
-        """Subscribe `callback` to this trainer's events (a dashboard attaching itself, for example)."""
-        self.events.callbacks.append(callback)
-
-    def describe(self) -> str:
-        """Where this trainer runs, e.g. "1 process on cpu"."""
-        return self.strategy.describe()
-
-    def terminate(self) -> None:
-        """Stop at the next step boundary, from any thread (as `control.stop()`; a step is never cut)."""
-        self.control.stop()
-
-    def worker_pids(self) -> None:
-        """None: a Trainer trains in this process (`Job`)."""
 
     @property
     def checkpoint(self) -> Path | None:
@@ -328,6 +315,11 @@ class Trainer(PeersAttributes):
                 extras = {"lr": self._lrs.now, "grad_norm": grad_norm, **self.instruments.step_metrics(clock)}
                 self.report.step((self.step, self.epoch), interval, checked_sum, **extras)
                 interval = LogWindow()
+            every = self.config.eval_every_steps
+            if every and self.step % every == 0 and not last:  # val within the epoch too; its end evaluates
+                evaluating = time.perf_counter()
+                self.report.evaluated(self.step, self.epoch, "val", self.evaluate("val"))
+                interval.exclude(time.perf_counter() - evaluating)  # evaluating is no step's time
         check_epoch_trained(self.epoch, from_start, self.step - steps_before)
         self.epoch, self._position = self.epoch + 1, 0
         if self.record.due(self.epoch):  # before evaluating: a metric that fails costs its epoch nothing

@@ -1,0 +1,118 @@
+"""``TrainConfig(eval_every_steps=N)``: val is evaluated every N optimizer steps within an epoch as well as at
+its end (once there, not twice), for the plots and logs of a long epoch; the evaluating is no step's time, a
+resume after it goes on bit-identically, and early stopping and a ReduceLROnPlateau still judge the epochs'
+ends. Before, a fit over one long epoch (a big dataset, a fine-tuning run) showed val once, at its end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.optim import lr_scheduler
+from torch.utils.data import TensorDataset
+
+from workbench.train import LrScheduler, OptimizerConfig, TrainConfig, Trainer
+
+X = torch.randn(96, 6, generator=torch.Generator().manual_seed(0))
+SPLITS = (TensorDataset(X, (X[:, 0] > 0).long()), TensorDataset(X[:32], (X[:32, 0] > 0).long()))
+CONFIG = TrainConfig(epochs=2, batch_size=16, log_every=1, optimizer=OptimizerConfig("sgd", lr=0.1))
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.evals: list[tuple[str, int, int]] = []
+        self.steps: list[dict] = []
+
+    def on_step(self, event) -> None:
+        self.steps.append(event)
+
+    def on_eval(self, event) -> None:
+        self.evals.append((event["split"], event["step"], event["epoch"]))
+
+
+def _fit(config: TrainConfig, **options) -> tuple[Trainer, Seen]:
+    torch.manual_seed(0)
+    seen = Seen()
+    trainer = Trainer(
+        nn.Linear(6, 2), F.cross_entropy, SPLITS, config, callbacks=[seen], progress=False, **options
+    )
+    trainer.fit()
+    return trainer, seen
+
+
+def test_val_is_evaluated_every_n_steps_within_the_epoch_and_once_at_its_end():
+    _, seen = _fit(CONFIG.replace(eval_every_steps=2))  # 6 steps an epoch
+    val = [(step, epoch) for split, step, epoch in seen.evals if split == "val"]
+    assert val == [(2, 0), (4, 0), (6, 0), (8, 1), (10, 1), (12, 1)]
+    _, without = _fit(CONFIG)
+    assert [(step, epoch) for split, step, epoch in without.evals if split == "val"] == [(6, 0), (12, 1)]
+
+
+def test_the_time_spent_evaluating_is_no_steps_time():
+    def slow(outputs, batch):  # a metric that takes long: val's two batches take 0.4 s
+        time.sleep(0.2)
+        return 1.0
+
+    _, seen = _fit(CONFIG.replace(epochs=1, log_every=3, eval_every_steps=4), metrics={"slow": slow})
+    window = next(event for event in seen.steps if event["step"] == 6)  # steps 4-6, val after step 4
+    assert window["samples_per_s"] > 48 / 0.4 * 4  # 48 samples; with the 0.4 s of val they would be ~120/s
+
+
+def test_a_resume_after_a_mid_epoch_evaluation_goes_on_bit_identically(tmp_path):
+    config = CONFIG.replace(eval_every_steps=2)
+    straight, _ = _fit(config)
+    torch.manual_seed(0)
+    stopped = Trainer(
+        nn.Linear(6, 2), F.cross_entropy, SPLITS, config, run="r", runs_dir=tmp_path, progress=False
+    )
+    stop_at_5 = type("Stop", (), {"on_step": lambda self, e: e["step"] == 5 and stopped.control.stop()})()
+    stopped.add_callback(stop_at_5)
+    assert stopped.fit().status == "stopped"
+    resumed = Trainer(
+        nn.Linear(6, 2), F.cross_entropy, SPLITS, config, run="r", runs_dir=tmp_path, progress=False
+    )
+    resumed.fit(resume=True)
+    for mine, theirs in zip(resumed.model.parameters(), straight.model.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+
+
+def test_a_plateau_scheduler_and_early_stopping_judge_the_epochs_ends_only():
+    from workbench.train import EarlyStopping
+
+    plateau = LrScheduler(
+        lambda optimizer, plan: lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=0), "epoch"
+    )
+    config = CONFIG.replace(epochs=3, early_stopping=EarlyStopping("flat", patience=1, mode="min"))
+    flat = {"flat": lambda outputs, batch: 1.0}  # never improves: the plateau halves, the patience runs out
+    plain, before = _fit(config, scheduler=plateau, metrics=flat)
+    often, after = _fit(config.replace(eval_every_steps=1), scheduler=plateau, metrics=flat)
+    assert [event["lr"] for event in after.steps] == [event["lr"] for event in before.steps]
+    assert (often.epoch, often._best.epoch) == (plain.epoch, plain._best.epoch) == (2, 0)
+    assert sum(split == "val" for split, *_ in after.evals) == 12  # steps 1-5 and 7-11, and two epochs' ends
+
+
+def test_eval_every_steps_is_checked_and_peers_names_lead_to_it():
+    with pytest.raises(ValueError, match="eval_every_steps must be an integer ≥ 1, got 0"):
+        TrainConfig(eval_every_steps=0)
+    with pytest.raises(TypeError, match="takes no argument eval_steps; write eval_every_steps=100"):
+        TrainConfig(eval_steps=100)
+    with pytest.raises(TypeError, match=r"write config=TrainConfig\(eval_every_steps=50\)"):
+        Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, val_check_interval=50)
+
+
+def test_the_command_line_evaluates_within_the_epoch(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench", "train", "digits-mlp", "--epochs", "1",
+         "--eval-every-steps", "10", "--run", "often", "--runs-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    from workbench.train import read_metrics
+
+    val = [event["step"] for event in read_metrics(tmp_path / "often") if event.get("split") == "val"]
+    assert val == [10, 20, 23]  # 23 steps in the epoch
