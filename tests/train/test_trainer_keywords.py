@@ -131,10 +131,6 @@ def test_the_printed_line_pasted_trains_with_the_optimizer_that_was_meant(mine, 
     [
         ("validate", "trainer.evaluate('val') evaluates the val split"),
         ("test", "trainer.evaluate('test') evaluates the test split"),
-        (
-            "predict",
-            "the trained model is the one you gave: model.eval(), then model(x) under torch.no_grad()",
-        ),
         ("global_step", "trainer.step counts the optimizer steps taken"),
     ],
 )

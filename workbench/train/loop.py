@@ -54,6 +54,7 @@ from workbench.train.metrics_log import MetricsLog
 from workbench.train.objective import Objective, StepFn
 from workbench.train.optim import OptimizerFactory
 from workbench.train.precision import resolve_precision
+from workbench.train.predict import predict_outputs, prediction_batches
 from workbench.train.profiling import ProfileResult
 from workbench.train.progress import fit_progress_shown
 from workbench.train.run_dir import LoopPosition, RunDir
@@ -284,6 +285,14 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
             return {}  # an empty split
         model = self.strategy.unwrap(self.model)  # ranks see different numbers of batches: no DDP here
         return evaluate_shard(model, self._loaders[split], self.strategy, self.objective, self.precision)
+
+    def predict(self, data: Any) -> Any:
+        """The model's outputs on `data` (a split's name, a tensor of inputs, a Dataset or a DataLoader that
+        does not shuffle), in its order, on the CPU: ``trainer.predict("test").argmax(dim=1)`` gives the
+        test split's classes (`workbench.train.predict`)."""
+        batches = prediction_batches(data, self.splits, self.config)
+        model = self.strategy.unwrap(self.model)  # every rank predicts every batch, as evaluation forwards
+        return predict_outputs(model, batches, self.strategy, self.objective, self.precision)
 
     # ------------------------------------------------------------------ loop
 

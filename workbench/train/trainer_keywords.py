@@ -38,7 +38,6 @@ LOADER_ALIASES = {"workers": "num_workers", "pin": "pin_memory"}
 PEERS_ATTRIBUTES = {  # Lightning's (and Hugging Face's) Trainer attributes, and what stands for them here
     "validate": "trainer.evaluate('val') evaluates the val split (fit does after each epoch)",
     "test": "trainer.evaluate('test') evaluates the test split (fit does once, when it finishes)",
-    "predict": "the trained model is the one you gave: model.eval(), then model(x) under torch.no_grad()",
     "train": "trainer.fit() trains (fit(resume=True) continues the run's checkpoint)",
     "global_step": "trainer.step counts the optimizer steps taken",
     "current_epoch": "trainer.epoch is the epoch the loop is at",
