@@ -357,3 +357,15 @@ def test_a_scheduler_that_needs_the_fits_length_says_why_it_is_missing_and_one_t
     halving = LrScheduler(lambda optimizer, plan: lr_scheduler.StepLR(optimizer, 1, 0.5), "epoch")
     _, seen = _fit(halving, splits=_Stream())
     assert seen.lrs[0] == 0.1 and seen.lrs[-1] == 0.025
+
+
+def test_a_finished_run_resumed_for_more_epochs_goes_on_along_the_longer_epoch_plan(tmp_path):
+    cosine = LrScheduler(lambda opt, plan: lr_scheduler.CosineAnnealingLR(opt, T_max=plan.epochs), "epoch")
+    options = dict(scheduler=cosine, run="r", runs_dir=tmp_path, progress=False)
+    Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, CONFIG, **options).fit()
+    with pytest.warns(
+        UserWarning, match="built for 18 steps in 3 epochs, and this fit has 36 in 6: .* 3 epochs on"
+    ):
+        _, after = _resumed(cosine, tmp_path, CONFIG.replace(epochs=6))
+    longer = _hand_loop_lrs(lambda optimizer: lr_scheduler.CosineAnnealingLR(optimizer, T_max=6), 6)
+    assert [after.lrs[6 * epoch] for epoch in range(3)] == pytest.approx(longer[3:])
