@@ -37,6 +37,7 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from workbench._validate import check_choice
 from workbench.train.config import TrainConfig
 from workbench.train.optim import GroupLrs
+from workbench.train.trainer_keywords import same_value
 
 EVERY = ("step", "epoch")
 _LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")  # param-group entries that are lrs (OneCycleLR's too)
@@ -80,7 +81,7 @@ class LrScheduler:
         >>> LrScheduler(MultiStepLR, every="epoch")
         Traceback (most recent call last):
         ...
-        TypeError: factory is the class MultiStepLR; give a function that builds it on the Trainer's optimizer: LrScheduler(lambda optimizer, plan: MultiStepLR(optimizer, ...), every='epoch')
+        TypeError: factory is the class MultiStepLR; give a function that builds it on the Trainer's optimizer: LrScheduler(lambda optimizer, plan: MultiStepLR(optimizer, milestones=...), every='epoch')
     """  # noqa: E501
 
     factory: Callable[[torch.optim.Optimizer, FitPlan], Any]
@@ -181,16 +182,9 @@ def _built_with(value: Any) -> str:
         if kept is inspect.Parameter.empty or isinstance(value, type):
             if parameter.default is inspect.Parameter.empty:
                 settings.append(f"{parameter.name}=...")
-        elif not _same(kept, parameter.default):
+        elif not same_value(kept, parameter.default):
             settings.append(f"{parameter.name}={kept!r}")
     return f"{kind.__name__}({', '.join(['optimizer', *settings])})"
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except (RuntimeError, TypeError, ValueError):
-        return False
 
 
 def lr_policy(

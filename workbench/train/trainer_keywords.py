@@ -208,14 +208,15 @@ def _own_settings(kind: type, settings: dict[str, Any]) -> dict[str, Any]:
     return {
         key: setting
         for key, setting in settings.items()
-        if key != "lr" and key in defaults and not _same(setting, defaults[key])
+        if key != "lr" and key in defaults and not same_value(setting, defaults[key])
     }
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
+    """``a == b`` for settings that may be tensors or arrays (whose ``==`` is no bool): False for those."""
     try:
         return bool(a == b)
-    except (RuntimeError, TypeError):  # a tensor setting
+    except (RuntimeError, TypeError, ValueError):  # a tensor setting
         return False
 
 
