@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import inspect
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -107,3 +108,17 @@ def _unknown_argument(
     close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
     guess = f"; did you mean {close[0]}=?" if close else ""
     return f"{said}{guess}; it takes {', '.join(fields)}"
+
+
+def check_called_as(name: str, function: Any, call: str, fix: str) -> None:
+    """TypeError when `function` (given as `name`) cannot take the two arguments it is called with, `call`
+    (e.g. ``"factory(optimizer, plan)"``), naming its own signature; `fix` says what to give instead."""
+    try:
+        inspect.signature(function).bind(None, None)
+    except TypeError:
+        shown = f"{getattr(function, '__name__', 'it')}{inspect.signature(function)}"
+        raise TypeError(
+            f"{name} is called as {call}, but {shown} does not take those two arguments; {fix}"
+        ) from None
+    except ValueError:  # a builtin without a signature: called as it is
+        pass

@@ -11,7 +11,6 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import os
 import warnings
 from collections.abc import Iterable
@@ -19,7 +18,7 @@ from typing import Any
 
 import torch
 
-from workbench._validate import BUILD_THE_MODEL, refuse_class
+from workbench._validate import BUILD_THE_MODEL, check_called_as, refuse_class
 from workbench.data import Dataset, Splits, split_size
 from workbench.train.config import EarlyStopping, OptimizerConfig, TrainConfig
 from workbench.train.optim import build_optimizer
@@ -73,16 +72,7 @@ def check_arguments(model: Any, config: Any, strategy: Any, callbacks: Any, opti
             f"torch.optim.Optimizer, got {type(optimizer_factory).__name__}; {fix}"
         )
     if optimizer_factory is not None:
-        try:
-            inspect.signature(optimizer_factory).bind(parameters, None)
-        except TypeError:
-            shown = f"{getattr(optimizer_factory, '__name__', 'it')}{inspect.signature(optimizer_factory)}"
-            raise TypeError(
-                f"optimizer_factory is called as factory(params, optimizer_config), but {shown} does not "
-                f"take those two arguments; {fix}"
-            ) from None
-        except ValueError:  # a builtin without a signature: called as it is
-            pass
+        check_called_as("optimizer_factory", optimizer_factory, "factory(params, optimizer_config)", fix)
 
 
 def check_callbacks(callbacks: Any) -> None:

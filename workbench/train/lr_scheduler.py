@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-from workbench._validate import check_choice
+from workbench._validate import check_called_as, check_choice
 from workbench.train.config import TrainConfig
 from workbench.train.optim import GroupLrs
 from workbench.train.trainer_keywords import same_value
@@ -102,16 +102,7 @@ class LrScheduler:
                 f"factory must be a function factory(optimizer, plan) -> a torch lr scheduler, got "
                 f"{type(self.factory).__name__}; e.g. {line}"
             )
-        try:
-            inspect.signature(self.factory).bind(None, None)
-        except TypeError:
-            shown = f"{getattr(self.factory, '__name__', 'it')}{inspect.signature(self.factory)}"
-            raise TypeError(
-                f"factory is called as factory(optimizer, plan), but {shown} does not take those two "
-                f"arguments; e.g. {line}"
-            ) from None
-        except ValueError:  # a builtin without a signature: called as it is
-            pass
+        check_called_as("factory", self.factory, "factory(optimizer, plan)", f"e.g. {line}")
         if self.monitor is not None and (not isinstance(self.monitor, str) or not self.monitor):
             raise ValueError(f"monitor must be the name of a val metric such as 'loss', got {self.monitor!r}")
 
