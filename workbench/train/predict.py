@@ -69,7 +69,9 @@ def prediction_batches(data: Any, splits: Any, config: TrainConfig) -> Any:
             f"data must be a split's name, a tensor of inputs, a Dataset or a DataLoader; got "
             f"{type(data).__name__}"
         )
-    return DataLoader(data, batch_size=config.batch_size, shuffle=False, collate_fn=config.loader.collate_fn)
+    loader = config.loader  # its workers read files in parallel, as the training's did
+    workers = loader.num_workers or 0
+    return DataLoader(data, config.batch_size, num_workers=workers, collate_fn=loader.collate_fn)
 
 
 def predict_outputs(
