@@ -332,9 +332,9 @@ def _count_config_writes(strategy, runs_dir):
     writes = []
     original = RunDir.write_config
 
-    def counted(self, config):
+    def counted(self, config, *scheduler):
         writes.append(config)
-        return original(self, config)
+        return original(self, config, *scheduler)
 
     RunDir.write_config = counted
     e = build_experiment("digits-mlp", epochs=1)
