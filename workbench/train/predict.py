@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 from workbench.data import Dataset as InMemory
 from workbench.data import describe_batch
 from workbench.train.config import TrainConfig
-from workbench.train.objective import ModelInputs, Objective, call_model, unpack_loss
+from workbench.train.objective import Objective, call_model, unpack_loss
 from workbench.train.precision import Precision
 from workbench.train.predictions import logits_of
 from workbench.train.strategy import Strategy
@@ -104,35 +104,27 @@ def predict_outputs(
 def _outputs(model: torch.nn.Module, batch: Any, strategy: Strategy, objective: Objective) -> Any:
     """The model's outputs for one batch, as training computes them (the target left out)."""
     if objective.loss_fn is not None:
-        inputs = _inputs(batch)
-        return strategy.predict(model, inputs)
+        return strategy.predict(model, _inputs(batch, objective))
     if objective.step_fn is not None:
         return unpack_loss(objective.step_fn(model, batch), "step_fn")[1]
-    result = call_model(model, batch)
-    return logits_of(result) if logits_of(result) is not None else result
+    return call_model(model, batch)  # its logits: `_on_cpu` takes a dict's or an object's
 
 
-def _inputs(batch: Any) -> Any:
-    """The inputs of a batch: all but its last element (the target), or the batch itself when it holds
-    inputs alone (a tensor, a one-element tuple)."""
+def _inputs(batch: Any, objective: Objective) -> Any:
+    """The inputs of a batch: the batch itself when it holds inputs alone (a tensor, a one-element tuple),
+    else what training gives the model (`Objective.pair`: all but the target, last)."""
     if isinstance(batch, torch.Tensor):
         return batch
     if isinstance(batch, tuple | list) and len(batch) == 1:
         return batch[0]
-    if isinstance(batch, tuple | list) and len(batch) == 2:
-        return batch[0]
-    if isinstance(batch, tuple | list) and len(batch) > 2:
-        return ModelInputs(batch[:-1])
-    raise TypeError(
-        f"predict takes batches of (inputs, target), (input1, ..., target) or inputs alone; this batch is "
-        f"{describe_batch(batch)}"
-    )
+    return objective.pair(batch)[0]
 
 
 def _on_cpu(outputs: Any, batch: Any) -> Any:
     """`outputs` on the CPU (floating ones as float32): a tensor, or a tuple of tensors."""
-    if not isinstance(outputs, torch.Tensor) and logits_of(outputs) is not None:  # a dict's or .logits
-        outputs = logits_of(outputs)
+    logits = None if isinstance(outputs, torch.Tensor) else logits_of(outputs)
+    if logits is not None:  # a dict's or an object's .logits
+        outputs = logits
     elif isinstance(outputs, Mapping):
         raise TypeError(
             f"predict joins tensor outputs; the model returned a dict without 'logits' (keys "
