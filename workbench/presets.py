@@ -123,6 +123,8 @@ def build_experiment(name: str, **changes: Any) -> Experiment:
             for key in ("momentum", "nesterov", "betas"):
                 base.pop(key)
         config_changes["optimizer"] = OptimizerConfig(**{**base, **optimizer_changes})
+    if config_changes.get("max_steps") is not None and "epochs" not in config_changes:
+        config_changes["epochs"] = TrainConfig.epochs  # the length is max_steps, not the preset's epochs
     config = preset.config.replace(**config_changes)
     data = load_dataset(preset.dataset, **data_options)
     splits = split_dataset(data, SPLIT_FRACTIONS, seed=config.seed)

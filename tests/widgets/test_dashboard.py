@@ -410,6 +410,26 @@ def test_an_epoch_of_unknown_length_shows_the_steps_done_without_a_total():
     assert dashboard.loss_plot.point_counts()["run 1 train"] == 8  # steps 3, 6, 9, 10 (epoch end), 13...
 
 
+class _Endless(torch.utils.data.IterableDataset):
+    """Regression samples without an end, as a streaming dataset gives them."""
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(0)
+        while True:
+            x = torch.randn(10, generator=generator)
+            yield x, x.sum(dim=0, keepdim=True)
+
+
+def test_a_stream_without_an_end_counts_to_max_steps_with_an_eta():
+    config = TrainConfig(max_steps=25, batch_size=10, optimizer=OptimizerConfig("sgd", lr=0.01), log_every=5)
+    trainer = Trainer(models.linear(10), functional.mse_loss, _Endless(), config)
+    dashboard = Dashboard(trainer, monitor=False)
+    assert dashboard.fit().step == 25
+    assert dashboard.progress.value == dashboard.progress.max == 25
+    assert "step 25/25" in dashboard.status.value
+    assert "ETA" in dashboard._status_text("running")  # a total: the running line has an ETA
+
+
 def test_evaluation_metrics_of_your_own_show_in_the_status_line(splits):
     def top_class_share(outputs, batch):
         return (outputs.argmax(-1) == 0).float().mean()

@@ -18,6 +18,9 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.add_argument("preset", nargs="?", help="which experiment; see --list")
     train.add_argument("--list", action="store_true", help="list the presets and exit")
     train.add_argument("--epochs", type=int)
+    train.add_argument(
+        "--max-steps", type=int, help="train for this many optimizer steps in all, in --epochs' place"
+    )
     train.add_argument("--batch-size", type=int, help="samples per step on each rank (the preset's default)")
     train.add_argument("--optimizer", choices=OPTIMIZERS)
     train.add_argument("--lr", type=float)

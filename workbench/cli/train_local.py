@@ -27,6 +27,7 @@ _CHANGEABLE = (
     "device",
     "n_samples",
     "eval_every_steps",
+    "max_steps",
 )
 
 

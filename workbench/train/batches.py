@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -138,26 +139,60 @@ def step_groups(batches: Iterable[Batch], accumulate: int, skip: int = 0) -> Ite
         yield group
 
 
-def count_steps(loaders: dict[str, Loader], config: TrainConfig) -> tuple[int | None, int | None]:
-    """Optimizer steps per epoch and in the whole fit; None for a training split without a length (an
-    iterable dataset without ``__len__``: progress then shows the steps done, no total). Refuses a training
-    split that gives no batch, and a schedule that needs the fit's length when it is unknown."""
+def count_steps(
+    loaders: dict[str, Loader], config: TrainConfig, *, warn: bool = True
+) -> tuple[int | None, int | None]:
+    """Optimizer steps per epoch and in the whole fit (``config.max_steps`` when given); None for a training
+    split without a length (an iterable dataset without ``__len__``: progress then shows the steps done, no
+    total). Refuses a training split that gives no batch, and a schedule that needs the fit's length when it
+    is unknown; warns (where `warn`: the main rank) of epochs set beside max_steps, which it overrides."""
     if "train" not in loaders:
         raise ValueError(
             "the training split gives no batches (every batch dropped: drop_last with fewer samples per rank "
             "than batch_size); lower batch_size or set drop_last=False"
         )
     batches = loaders["train"].length
-    if batches is None:
-        if config.optimizer.schedule != "constant":
-            raise ValueError(
-                f"schedule={config.optimizer.schedule!r} needs the number of steps, but the training split's "
-                "length is unknown (an IterableDataset without __len__); give the dataset a __len__ or use "
-                "schedule='constant' (warm-up still works)"
-            )
-        return None, None
-    per_epoch = -(-batches // config.accumulate)
-    return per_epoch, per_epoch * config.epochs
+    per_epoch = None if batches is None else -(-batches // config.accumulate)
+    if warn and config.max_steps is not None and config.epochs != TrainConfig.epochs:
+        _warn_epochs_unused(config, per_epoch)
+    if per_epoch is None and config.optimizer.schedule != "constant" and config.max_steps is None:
+        raise ValueError(
+            f"schedule={config.optimizer.schedule!r} needs the number of steps, but the training split's "
+            "length is unknown (an IterableDataset without __len__); give the fit its length, "
+            "TrainConfig(max_steps=...), or the dataset a __len__, or use schedule='constant' (warm-up "
+            "still works)"
+        )
+    if per_epoch is None:
+        return None, config.max_steps
+    return per_epoch, config.max_steps or per_epoch * config.epochs
+
+
+def _warn_epochs_unused(config: TrainConfig, per_epoch: int | None) -> None:
+    length = "" if per_epoch is None else f" ({config.max_steps / per_epoch:.3g} epochs of {per_epoch} steps)"
+    warnings.warn(
+        f"max_steps={config.max_steps} sets the fit's length{length} in epochs' place, so "
+        f"epochs={config.epochs} is not used; leave one of them out",
+        stacklevel=5,  # the Trainer's caller
+    )
+
+
+def fit_epochs(config: TrainConfig, steps_per_epoch: int | None) -> int | None:
+    """The epochs a fit begins: ``config.epochs``, or with ``max_steps`` as many as its steps reach into (the
+    last maybe ended inside); None when ``max_steps`` meets a training split of unknown length.
+
+    Example:
+        >>> fit_epochs(TrainConfig(max_steps=25), steps_per_epoch=10), fit_epochs(TrainConfig(epochs=2), 10)
+        (3, 2)
+    """
+    if config.max_steps is None:
+        return config.epochs
+    return None if steps_per_epoch is None else -(-config.max_steps // steps_per_epoch)
+
+
+def fit_done(config: TrainConfig, step: int, epoch: int) -> bool:
+    """Whether a fit `step` optimizer steps and `epoch` whole epochs in has trained all it is to: its
+    ``max_steps`` steps, else its ``epochs``."""
+    return step >= config.max_steps if config.max_steps is not None else epoch >= config.epochs
 
 
 def epoch_steps(

@@ -133,7 +133,7 @@ class TrainConfig:
     """How the loop runs.
 
     Args:
-        epochs: passes over the training split, ≥ 1.
+        epochs: passes over the training split, ≥ 1 (unless `max_steps` is given).
         batch_size: samples per forward pass (micro-batch), ≥ 1.
         optimizer: an `OptimizerConfig`.
         precision: ``"fp32"``, ``"bf16"`` (autocast; CPU or a GPU with bf16) or ``"fp16"`` (autocast with
@@ -165,6 +165,11 @@ class TrainConfig:
         eval_every_steps: evaluate val also every this many optimizer steps within an epoch (for the plots
             and logs of a long epoch; early stopping and a ReduceLROnPlateau judge the epochs' ends), ≥ 1;
             None: at each epoch's end only.
+        max_steps: train for this many optimizer steps in all, in `epochs`' place (as Hugging Face's
+            ``max_steps`` overrides ``num_train_epochs``): through the training split as many times as that
+            takes, ending inside an epoch if it falls there (val is evaluated and a checkpoint saved there);
+            for streaming data (an IterableDataset without an end) and runs counted in steps, ≥ 1; None: the
+            fit is `epochs` long.
 
     Example:
         >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
@@ -196,6 +201,7 @@ class TrainConfig:
     compile: str = "off"
     early_stopping: EarlyStopping | None = None
     eval_every_steps: int | None = None
+    max_steps: int | None = None
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -211,6 +217,13 @@ class TrainConfig:
         check_int("checkpoint_every", self.checkpoint_every, minimum=1)
         if self.eval_every_steps is not None:
             check_int("eval_every_steps", self.eval_every_steps, minimum=1)
+        if self.max_steps == -1 and not isinstance(self.max_steps, bool):
+            raise ValueError(
+                "max_steps=-1 is 'no limit' to Hugging Face and Lightning; here that is max_steps=None (the "
+                "default): the fit is epochs long"
+            )
+        if self.max_steps is not None:
+            check_int("max_steps", self.max_steps, minimum=1)
         check_choice("device", self.device, DEVICES)
         if self.profile_steps is not None:
             _check_profile_steps(self.profile_steps)
@@ -304,6 +317,9 @@ PEERS_NAMES = {
     "mixed_precision": "precision",
     "eval_steps": "eval_every_steps",
     "val_check_interval": "eval_every_steps",
+    "num_training_steps": "max_steps",
+    "total_steps": "max_steps",
+    "train_steps": "max_steps",
 }
 # Lightning's and Accelerate's names for our precisions (autocast ones: "bf16-true" casts the weights)
 PEERS_PRECISIONS: dict[object, str] = {

@@ -28,7 +28,7 @@ class FitStartEvent(TypedDict, total=False):
     world_size: int
     strategy: str  # the strategy's one-line description
     global_batch: int  # samples per optimizer step over all ranks: batch_size × data shards × accumulate
-    epochs: int
+    epochs: int | None  # the epochs the fit begins (None: max_steps on data of unknown length)
     steps_per_epoch: int | None  # None: a training split without a length
     total_steps: int | None
     start_step: int  # > 0 when resuming

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from workbench.train.batches import fit_epochs
 from workbench.train.config import TrainConfig
 from workbench.train.event_schema import FitStartEvent, eval_event, fit_end_event, step_event
 from workbench.train.events import CallbackList
@@ -31,7 +32,7 @@ class FitEvents:
             world_size=self.strategy.world_size,
             strategy=self.strategy.describe(),
             global_batch=self.config.batch_size * self.strategy.data_world_size * self.config.accumulate,
-            epochs=self.config.epochs,
+            epochs=fit_epochs(self.config, steps[0]),
             steps_per_epoch=steps[0],
             total_steps=steps[1],
             start_step=step,

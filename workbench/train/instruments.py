@@ -55,8 +55,8 @@ class StepInstruments:
         steps = config.profile_steps
         if steps is not None and total_steps is not None and steps[1] > total_steps:
             raise ValueError(
-                f"profile_steps={steps!r} ends after the fit's last step ({total_steps} = "
-                f"{steps_per_epoch} steps × {config.epochs} epochs); choose steps ≤ {total_steps}"
+                f"profile_steps={steps!r} ends after the fit's last step ({total_steps}"
+                f"{_length(config, steps_per_epoch)}); choose steps ≤ {total_steps}"
             )
         self.config, self.device, self.rank, self.run_path = config, device, rank, run_path
         self.total_steps = total_steps
@@ -171,3 +171,10 @@ class StepInstruments:
     def _schedule_profile(self, steps: tuple[int, int]) -> None:
         self._profiler = StepProfiler(steps, self.device, self.run_path, self.rank)
         self._profile_published = False
+
+
+def _length(config: TrainConfig, steps_per_epoch: int | None) -> str:
+    """How the fit's length comes about, to follow its step count: ' = 10 steps × 3 epochs'."""
+    if config.max_steps is not None:
+        return ": max_steps"
+    return f" = {steps_per_epoch} steps × {config.epochs} epochs"

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from workbench._validate import check_choice
 from workbench.data import as_splits
 from workbench.train import gradients
 from workbench.train.arguments import (
@@ -36,7 +37,14 @@ from workbench.train.arguments import (
     check_training_split,
     warn_unevaluated_metrics,
 )
-from workbench.train.batches import check_epoch_trained, count_steps, end_workers, epoch_steps, split_loaders
+from workbench.train.batches import (
+    check_epoch_trained,
+    count_steps,
+    end_workers,
+    epoch_steps,
+    fit_done,
+    split_loaders,
+)
 from workbench.train.best_epoch import BestEpoch
 from workbench.train.compilation import check_can_compile, compile_module
 from workbench.train.config import TrainConfig
@@ -109,9 +117,8 @@ class FitResult:
 
 
 class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' attributes explained
-    """Trains `model` on the training split, evaluating on val after each epoch (and every
-    ``config.eval_every_steps``) and on test once, when the fit finishes (not when it is stopped: the test
-    split judges the final model, never a choice on the way).
+    """Trains `model` on the training split, evaluating val after each epoch (and every ``eval_every_steps``)
+    and test once, when the fit finishes (not when stopped: test judges the final model, never a choice).
 
     Args:
         model: a torch module; moved to the config's device.
@@ -141,9 +148,8 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
             `FullyShardedDataParallel` (one process per rank, each on its shard of the data; batch_size is
             per rank, so the global batch is batch_size × ranks), `PipelineParallel` or `TensorParallel`
             (every rank on the same batches of batch_size).
-        progress: a progress bar for each fit: a widget in a notebook, text on stderr elsewhere. None (the
-            default) shows one in a notebook or a terminal unless a callback shows progress (a `Dashboard`),
-            never on other ranks than the main one or in a launcher's workers; False: none; True: always.
+        progress: a progress bar for each fit (a widget in a notebook, else text on stderr); None: in a
+            notebook or terminal unless a callback shows progress (a `Dashboard`), on the main rank only.
 
     Example (your own torch data; a workbench `Splits` takes the same call):
         >>> from torch.utils.data import TensorDataset
@@ -201,11 +207,9 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
         self.optimizer = check_optimizer(optimizer_factory, self.model.parameters(), self.config.optimizer)
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
-        self.steps_per_epoch, self.total_steps = steps = count_steps(self._loaders, self.config)
         main, val_metrics = self.strategy.is_main, self.objective.metrics if "val" in self._loaders else None
-        self._lrs = lr_policy(
-            self.optimizer, self.config, scheduler, steps, val_metrics, warn=main
-        )  # schedule
+        self.steps_per_epoch, self.total_steps = steps = count_steps(self._loaders, self.config, warn=main)
+        self._lrs = lr_policy(self.optimizer, self.config, scheduler, steps, val_metrics, warn=main)
         warn_unevaluated_metrics(self.splits, metrics, warn=main)
         self.step = self.epoch = self._position = 0  # steps, epochs, micro-batches: what a checkpoint holds
         self.settings = Settings.of(self.config)  # the lr and clipping in force
@@ -234,7 +238,7 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
         return self.instruments.compile_report
 
     def fit(self, resume: bool | str | os.PathLike = False) -> FitResult:
-        """Train until the configured epochs are done or a stop is requested.
+        """Train until the configured epochs (or ``max_steps``) are done or a stop is requested.
 
         Args:
             resume: ``True`` continues from this run's checkpoint (a run that never started starts fresh;
@@ -260,14 +264,15 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
         status = "finished"
         try:
             self.report.fit_start(self.step, (self.steps_per_epoch, self.total_steps), self._resume_changes)
-            while self.epoch < self.config.epochs and not self._best.stopped:  # early stopping's patience
+            while not fit_done(self.config, self.step, self.epoch) and not self._best.stopped:
                 if not self._run_epoch():
                     status = "stopped"
                     break
             if status == "stopped" or self.record.due(self.epoch):
                 self._save()
             if status == "finished":  # the held-out split once, on the final (or best) model: never to choose
-                held = self._best.finish(self.model, self.epoch - 1, self.report.last)  # best epoch
+                evaluated = self.epoch - (0 if self._position else 1)  # max_steps may end inside an epoch
+                held = self._best.finish(self.model, evaluated, self.report.last)  # early stopping's best
                 self.report.evaluated(self.step, max(held, 0), "test", self.evaluate("test"))
         except BaseException as error:
             end_workers(self._loaders.values())  # now, not at the gc that frees the traceback
@@ -279,8 +284,7 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
     def evaluate(self, split: str = "val") -> dict[str, float]:
         """Mean loss and metrics (accuracy for classification, and the `metrics` given) of the model on
         `split` ("train", "val", "test")."""
-        if split not in ("train", "val", "test"):
-            raise ValueError(f"split={split!r} is not supported; allowed values: 'train', 'val', 'test'")
+        check_choice("split", split, ("train", "val", "test"))
         if split not in self._loaders:
             return {}  # an empty split
         model = self.strategy.unwrap(self.model)  # ranks see different numbers of batches: no DDP here
@@ -307,13 +311,14 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
             if item is None:
                 break
             group, last = item
+            ends = last or self.step + 1 == self.config.max_steps  # the epoch's or the fit's last step
             paused_at = time.perf_counter()
             stop = self._step_boundary()
             interval.exclude(time.perf_counter() - paused_at)  # requests and pauses are outside the step
             if stop:
                 self._check_finite(interval)  # never checkpoint a model that saw a non-finite loss
                 return False
-            logged = (self.step + 1) % self.config.log_every == 0 or last
+            logged = (self.step + 1) % self.config.log_every == 0 or ends
             clock = self.instruments.before_step(self.step + 1, logged, data_s=paused_at - fetching)
             loss, samples, grad_norm, checked_sum = self._run_step(group, interval if logged else None, clock)
             self.step += 1
@@ -324,8 +329,12 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
                 extras = {"lr": self._lrs.now, "grad_norm": grad_norm, **self.instruments.step_metrics(clock)}
                 self.report.step((self.step, self.epoch), interval, checked_sum, **extras)
                 interval = LogWindow()
+            if ends and not last:  # max_steps ends the fit inside this epoch: saved, val on its model
+                self._save()  # (early stopping and an epoch's scheduler judge whole epochs only)
+                self.report.evaluated(self.step, self.epoch, "val", self.evaluate("val"))
+                return True
             every = self.config.eval_every_steps
-            if every and self.step % every == 0 and not last:  # val within the epoch too; its end evaluates
+            if every and self.step % every == 0 and not ends:  # val within the epoch too; its end evaluates
                 evaluating = time.perf_counter()
                 self.report.evaluated(self.step, self.epoch, "val", self.evaluate("val"))
                 interval.exclude(time.perf_counter() - evaluating)  # evaluating is no step's time

@@ -35,6 +35,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from workbench._validate import check_called_as, check_choice
+from workbench.train.batches import fit_epochs
 from workbench.train.config import TrainConfig
 from workbench.train.optim import GroupLrs
 from workbench.train.trainer_keywords import same_value
@@ -51,13 +52,14 @@ class FitPlan:
 
     Attributes:
         lr: the run's lr (``OptimizerConfig.lr``); the optimizer's param groups are at it (or at multiples).
-        epochs: epochs in the fit.
+        epochs: epochs in the fit (with ``TrainConfig(max_steps=...)``: those its steps reach into, the last
+            maybe ended inside; None when the training split has no length).
         steps_per_epoch, steps: optimizer steps in an epoch and in the whole fit (None for a training split
-            without a length, an IterableDataset without ``__len__``).
+            without a length, an IterableDataset without ``__len__``, unless max_steps gives the fit's).
     """
 
     lr: float
-    epochs: int
+    epochs: int | None
     steps_per_epoch: int | None
     steps: int | None
 
@@ -221,7 +223,7 @@ class TorchSchedule(GroupLrs):
                 "SequentialLR), or no scheduler="
             )
         super().__init__(optimizer, schedule, steps[1], warn=False)
-        self.spec, self.epochs, self.steps_per_epoch = spec, config.epochs, steps[0]
+        self.spec, self.epochs, self.steps_per_epoch = spec, fit_epochs(config, steps[0]), steps[0]
         self.epochs_stepped = 0  # the epochs an every="epoch" scheduler has stepped for
         self.scheduler = self._build(optimizer, schedule.lr)
         self.kind = type(self.scheduler).__name__

@@ -242,10 +242,15 @@ def check_resumable(
             f"config asks for {config.optimizer.name!r}, whose state differs; resume with "
             f"optimizer {saved.optimizer.name!r} (other settings such as lr may change), or start a new run"
         )
+    if None not in (saved.max_steps, config.max_steps) and config.max_steps < saved.max_steps:
+        raise ValueError(
+            f"cannot resume from {path}: max_steps was {saved.max_steps} there and is {config.max_steps} "
+            "now; the fit's length may only grow"
+        )
     for name in RESUME_MUST_MATCH:
         was, now = getattr(saved, name), getattr(config, name)
-        if name == "epochs" and was <= now:
-            continue
+        if name == "epochs" and (was <= now or saved.max_steps or config.max_steps):
+            continue  # epochs may grow; max_steps, where given, is the fit's length
         if name == "batch_size" and saved_shards != shards:
             if was * saved_shards != now * shards:
                 raise ValueError(

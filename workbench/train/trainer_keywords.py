@@ -42,6 +42,7 @@ PEERS_ATTRIBUTES = {  # Lightning's (and Hugging Face's) Trainer attributes, and
     "global_step": "trainer.step counts the optimizer steps taken",
     "current_epoch": "trainer.epoch is the epoch the loop is at",
     "max_epochs": "trainer.config.epochs",
+    "max_steps": "trainer.config.max_steps (None: the fit is config.epochs long)",
     "callback_metrics": "fit() returns them: result.metrics, or read_metrics(run directory) for each step",
     "logged_metrics": "fit() returns them: result.metrics, or read_metrics(run directory) for each step",
     "save_checkpoint": "Trainer(..., run='name') saves runs/name/checkpoint.pt after each epoch "
