@@ -117,3 +117,17 @@ def test_ema_matches_the_recurrence_with_debiasing():
     assert ema([], 0.5).size == 0
     with pytest.raises(ValueError, match="smoothing must be in"):
         ema(values, -0.1)
+
+
+@pytest.mark.parametrize("limit", [0, 1, 250, 777, 999, 1000])
+def test_drop_after_forgets_the_buckets_past_a_step_and_appends_go_on_from_it(limit):
+    """A resume from step `limit` of a 1000-step curve held in 64 buckets of ~16 steps."""
+    series = DownsampledSeries(max_points=64)
+    series.extend(np.arange(1, 1001), np.ones(1000))
+    series.drop_after(limit)
+    x, _ = series.points()
+    assert (x <= limit).all() and int(series.counts().sum()) == len(series)
+    assert len(series) >= limit - series.width  # at most the bucket that straddles the step goes
+    series.extend(np.arange(limit + 1, 1001), np.full(1000 - limit, 2.0))
+    x, y = series.points()
+    assert (np.diff(x) > 0).all() and len(series) <= 1000 + series.width

@@ -70,10 +70,13 @@ class MetricsLog(Callback):
             raise OSError(error.errno, explain_write_failure(self.path, error)) from None
 
 
-def read_metrics(run: str | os.PathLike, kind: str | None = None) -> list[Event]:
+def read_metrics(run: str | os.PathLike, kind: str | None = None, *, superseded: bool = False) -> list[Event]:
     """Events of a run (a run directory or its ``metrics.jsonl``), optionally only one `kind`.
 
-    `kind` is ``"fit_start"``, ``"step"``, ``"eval"`` or ``"fit_end"``.
+    `kind` is ``"fit_start"``, ``"step"``, ``"eval"`` or ``"fit_end"``. A fit resumed from a checkpoint at
+    step s redoes the steps after s that an earlier try logged before it failed (a crash, a non-finite
+    loss, a restarted worker): their step and eval events are left out, so the run reads as it stands,
+    unless `superseded` (every line as logged; the file keeps them all).
     """
     path = Path(run)
     if path.is_dir():
@@ -91,7 +94,7 @@ def read_metrics(run: str | os.PathLike, kind: str | None = None) -> list[Event]
             event = parse_line(line)
             if event is None:
                 bad.append(number)
-            elif kind is None or event["event"] == kind:
+            else:
                 events.append(event)
     if bad:
         shown = ", ".join(map(str, bad[:5])) + (" …" if len(bad) > 5 else "")
@@ -100,7 +103,33 @@ def read_metrics(run: str | os.PathLike, kind: str | None = None) -> list[Event]
             "by a killed writer",
             stacklevel=2,
         )
-    return events
+    events = events if superseded else without_superseded(events)
+    return events if kind is None else [event for event in events if event["event"] == kind]
+
+
+def without_superseded(events: list[Event]) -> list[Event]:
+    """`events` less the step and eval events a later resume redid: those past the step it started from.
+
+    Example:
+        >>> failed = [{"event": "step", "step": s} for s in (1, 2, 3)]  # a try that got to step 3
+        >>> resumed = [{"event": "fit_start", "start_step": 2}, {"event": "step", "step": 3}]
+        >>> [e.get("step") for e in without_superseded(failed + resumed)]
+        [1, 2, None, 3]
+    """
+    kept, resumed_from = [], math.inf
+    for event in reversed(events):
+        if event["event"] == "fit_start":
+            resumed_from = min(resumed_from, _step(event.get("start_step"), math.inf))
+        elif event["event"] in ("step", "eval") and _step(event.get("step"), 0) > resumed_from:
+            continue
+        kept.append(event)
+    return kept[::-1]
+
+
+def _step(value: Any, mangled: float) -> float:
+    """A logged step as a number; `mangled` where a damaged line holds another value (so it cuts nothing)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool) and value == value
+    return value if number else mangled
 
 
 def parse_line(line: bytes | str) -> Event | None:

@@ -53,8 +53,9 @@ class LossPlot(LiveFigure, Callback):
     Subscribe it to a trainer (``Trainer(..., callbacks=[plot])`` or ``trainer.add_callback(plot)``) and
     show it by ending a cell with ``plot``; in a loop of your own, call ``plot.log(step, loss=...)``. Each
     ``on_fit_start`` begins the run named by its ``run`` key (``"run 1"``, ``"run 2"``… when None); a
-    resumed fit (``start_step > 0``) continues its curves, a fresh fit under the same name starts them
-    over. `plot_history` adds a finished run from its log.
+    resumed fit (``start_step > 0``) continues its curves from that step (the points past it, which it
+    redoes, are dropped), a fresh fit under the same name starts them over. `plot_history` adds a finished
+    run from its log.
 
     The training thread only appends to bounded series; a timer thread redraws the figure at most
     `max_updates_per_s` times a second, and ``on_fit_end`` (or `flush`) draws the final state.
@@ -214,8 +215,12 @@ class LossPlot(LiveFigure, Callback):
     # ------------------------------------------------------------------ events (training thread)
 
     def on_fit_start(self, info: Event) -> None:
+        start = info.get("start_step", 0)
         with self._data_lock:
-            self._current = self._begin(info.get("run"), fresh=info.get("start_step", 0) == 0)
+            self._current = run = self._begin(info.get("run"), fresh=start == 0)
+            for curve, series in run.series.items():  # a resume redoes the steps after its checkpoint's
+                series.drop_after(start)
+                self._changed.add((run.name, curve))
         self._throttle.start()
 
     def on_step(self, metrics: Event) -> None:

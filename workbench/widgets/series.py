@@ -110,6 +110,29 @@ class DownsampledSeries:
             i += take
             self._length += take
 
+    def drop_after(self, x: float) -> None:
+        """Forget the points appended past `x` (a run resumed from step `x` redoes the steps after it): the
+        buckets whose mean x is past it, in append order from the first such one; a bucket that straddles
+        `x` keeps its mean (until `max_points` points are appended, every bucket is one point: exact).
+
+        Example:
+            >>> series = DownsampledSeries()
+            >>> series.extend([1, 2, 3, 4], [1.0, 2.0, 3.0, 4.0])
+            >>> series.drop_after(2)
+            >>> series.append(3, 30.0)
+            >>> series.points()[1].tolist(), len(series)
+            ([1.0, 2.0, 30.0], 3)
+        """
+        means = self._x_sum[: self._closed] / np.maximum(self._count[: self._closed], 1)
+        past = np.flatnonzero(means > x)
+        if past.size:
+            first = int(past[0])
+            self._length -= int(self._count[first : self._closed].sum()) + self._open_count
+            self._closed, self._open_count, self._open_x, self._open_y = first, 0, 0.0, 0.0
+        elif self._open_count and self._open_x / self._open_count > x:
+            self._length -= self._open_count
+            self._open_count, self._open_x, self._open_y = 0, 0.0, 0.0
+
     def points(self) -> tuple[np.ndarray, np.ndarray]:
         """The bucket means as new arrays ``(x, y)``: at most `max_points` of them, in append order."""
         n = self._closed

@@ -56,9 +56,12 @@ class TensorBoardLogger(RankZeroLogger):
         from torch.utils.tensorboard.summary import text
 
         self._file = _EventFile(self.log_dir / str(info.get("run") or "run"))
-        if info.get("start_step", 0) == 0:  # a resumed fit keeps the config text it has
+        start = info.get("start_step", 0)
+        if start == 0:  # a resumed fit keeps the config text it has
             config = json.dumps(info.get("config", {}), indent=2, default=str)
             self._file.write(text("config", f"```\n{config}\n```"), 0)
+        else:  # TensorBoard forgets what an earlier try logged past the checkpoint: the resume redoes it
+            self._file.restart_at(start + 1)
         self._file.flush()
 
     def _write_step(self, numbers: dict[str, float], event: Event) -> None:
@@ -92,7 +95,7 @@ class _EventFile:
         from tensorboard.compat.proto import event_pb2, summary_pb2
         from tensorboard.summary.writer.record_writer import RecordWriter
 
-        self._event, self._summary = event_pb2.Event, summary_pb2.Summary
+        self._event, self._summary, self._session = event_pb2.Event, summary_pb2.Summary, event_pb2.SessionLog
         folder.mkdir(parents=True, exist_ok=True)
         now = time.time()
         name = f"events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}.{time.time_ns()}"
@@ -103,6 +106,12 @@ class _EventFile:
     def write(self, summary: Any, step: int) -> None:
         event = self._event(wall_time=time.time(), step=step, summary=summary)
         self._records.write(event.SerializeToString())
+
+    def restart_at(self, step: int) -> None:
+        """A session restart at `step` (as `SummaryWriter(purge_step=step)` writes it): TensorBoard drops the
+        events this run's earlier files hold from `step` on."""
+        start = self._event(step=step, session_log=self._session(status=self._session.START))
+        self._records.write(start.SerializeToString())
 
     def write_scalars(self, scalars: dict[str, float], step: int) -> None:
         """One event holding every scalar (as `add_scalar` per value would write, as float32)."""
