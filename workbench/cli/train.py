@@ -45,6 +45,9 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--eval-every-steps", type=int, help="evaluate val also every this many steps within an epoch"
     )
+    train.add_argument(
+        "--checkpoint-every-steps", type=int, help="with --run: save a checkpoint also every this many steps"
+    )
     train.add_argument("--seed", type=int)
     train.add_argument("--device", choices=DEVICES)
     train.add_argument("--n-samples", type=int, help="dataset size (regression, images-cnn, text)")

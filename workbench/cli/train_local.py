@@ -28,6 +28,7 @@ _CHANGEABLE = (
     "n_samples",
     "eval_every_steps",
     "max_steps",
+    "checkpoint_every_steps",
 )
 
 

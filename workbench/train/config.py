@@ -147,6 +147,9 @@ class TrainConfig:
             non-finite-loss check run on those steps only, so 1 costs a few percent on small models.
         checkpoint_every: save a checkpoint every this many epochs (when the trainer has a run
             directory), ≥ 1.
+        checkpoint_every_steps: save one also every this many optimizer steps within an epoch (a run
+            directory's), so a failure in a long epoch or a stream loses at most that many steps, ≥ 1;
+            None: at the epochs' ends only.
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"`` or ``"cuda"``.
         loader: a `LoaderConfig` (workers, pinning, collate_fn...) for torch datasets; the in-memory
             workbench datasets ignore it.
@@ -202,6 +205,7 @@ class TrainConfig:
     early_stopping: EarlyStopping | None = None
     eval_every_steps: int | None = None
     max_steps: int | None = None
+    checkpoint_every_steps: int | None = None
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -224,6 +228,8 @@ class TrainConfig:
             )
         if self.max_steps is not None:
             check_int("max_steps", self.max_steps, minimum=1)
+        if self.checkpoint_every_steps is not None:
+            check_int("checkpoint_every_steps", self.checkpoint_every_steps, minimum=1)
         check_choice("device", self.device, DEVICES)
         if self.profile_steps is not None:
             _check_profile_steps(self.profile_steps)
@@ -318,6 +324,8 @@ PEERS_NAMES = {
     "eval_steps": "eval_every_steps",
     "val_check_interval": "eval_every_steps",
     "num_training_steps": "max_steps",
+    "save_steps": "checkpoint_every_steps",
+    "every_n_train_steps": "checkpoint_every_steps",
     "total_steps": "max_steps",
     "train_steps": "max_steps",
 }

@@ -56,6 +56,12 @@ class InProcessJob:
     events: CallbackList
     strategy: Any
     control: TrainControl
+    record: Any  # its RunRecord
+
+    @property
+    def checkpoint(self) -> Any:
+        """The last checkpoint written or resumed from (a trainer with ``run=``), or None."""
+        return self.record.checkpoint
 
     def add_callback(self, callback: Callback) -> None:
         """Subscribe `callback` to this trainer's events (a dashboard attaching itself, for example)."""

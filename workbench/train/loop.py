@@ -218,11 +218,6 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
 
     @property
-    def checkpoint(self) -> Path | None:
-        """The last checkpoint written or resumed from (a trainer with ``run=``)."""
-        return self.record.checkpoint
-
-    @property
     def scheduler(self) -> Any:
         """The torch lr scheduler of ``scheduler=`` (built anew at each fresh fit), or None."""
         return getattr(self._lrs, "scheduler", None)
@@ -338,9 +333,13 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
                 evaluating = time.perf_counter()
                 self.report.evaluated(self.step, self.epoch, "val", self.evaluate("val"))
                 interval.exclude(time.perf_counter() - evaluating)  # evaluating is no step's time
+            if self.record.due_at_step(self.step) and not ends:  # the epoch's (or fit's) end saves below
+                saving = time.perf_counter()
+                self._save()
+                interval.exclude(time.perf_counter() - saving)
         check_epoch_trained(self.epoch, from_start, self.step - steps_before)
         self.epoch, self._position = self.epoch + 1, 0
-        if self.record.due(self.epoch):  # before evaluating: a metric that fails costs its epoch nothing
+        if self.record.due(self.epoch) or self.record.due_at_step(self.step):  # before val, which may fail
             self._save()
         val = self.report.evaluated(self.step, self.epoch - 1, "val", self.evaluate("val"))
         self._best.after_eval(self.epoch - 1, val, self.model)  # early stopping's best epoch and patience

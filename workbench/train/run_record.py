@@ -89,6 +89,11 @@ class RunRecord:
         """Whether a checkpoint is due after `epoch` whole epochs."""
         return self.run_dir is not None and epoch % self.config.checkpoint_every == 0
 
+    def due_at_step(self, step: int) -> bool:
+        """Whether a checkpoint is due after optimizer step `step` (``checkpoint_every_steps``)."""
+        every = self.config.checkpoint_every_steps
+        return self.run_dir is not None and every is not None and step % every == 0
+
     def save(
         self, where: LoopPosition, model: torch.nn.Module, optimizer: Any, scaler: Any, scheduler: Any = None
     ) -> None:
