@@ -176,3 +176,11 @@ def test_workbench_train_takes_max_steps_in_the_presets_epochs_place(capsys):
     assert (
         capsys.readouterr().out.splitlines()[-1].startswith("finished: 30 steps, 1 epochs in ")
     )  # 23 a epoch
+
+
+def test_early_stopping_on_a_fit_that_reaches_no_epochs_end_is_said_to_do_nothing():
+    early = EarlyStopping("loss", patience=2)
+    with pytest.warns(UserWarning, match=r"max_steps=4 ends before its first epoch's end \(6 steps\)"):
+        _trainer(CONFIG.replace(max_steps=4, early_stopping=early))
+    with pytest.warns(UserWarning, match="may reach no epoch's end .*a stream never ends its epoch"):
+        _trainer(CONFIG.replace(max_steps=40, early_stopping=early), (Stream(), SPLITS[1]))

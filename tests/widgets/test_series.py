@@ -129,5 +129,5 @@ def test_drop_after_forgets_the_buckets_past_a_step_and_appends_go_on_from_it(li
     assert (x <= limit).all() and int(series.counts().sum()) == len(series)
     assert len(series) >= limit - series.width  # at most the bucket that straddles the step goes
     series.extend(np.arange(limit + 1, 1001), np.full(1000 - limit, 2.0))
-    x, y = series.points()
+    x, _ = series.points()
     assert (np.diff(x) > 0).all() and len(series) <= 1000 + series.width

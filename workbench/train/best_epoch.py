@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,15 +39,19 @@ BEST_FILE = "best.pt"
 
 
 class BestEpoch:
-    """The best epoch of one trainer's fits under `rule` (None: no early stopping; every method does nothing).
+    """The best epoch of one trainer's fits under its config's early stopping rule (``record.config``; None:
+    no early stopping, and every method does nothing).
 
     Raises ValueError when the rule cannot be followed, naming the fix: no val split to watch, a metric the
-    Trainer does not compute, or a metric of yours whose better direction only ``mode=`` can say.
+    Trainer does not compute, or a metric of yours whose better direction only ``mode=`` can say; warns
+    (on the main rank) when ``max_steps`` ends the fit before any epoch's end (`steps_per_epoch`: None when
+    unknown), where it judges.
     """
 
     def __init__(
-        self, rule: EarlyStopping | None, objective: Objective, loaders: Mapping[str, Any], record: RunRecord
+        self, objective: Objective, loaders: Mapping[str, Any], record: RunRecord, steps_per_epoch: int | None
     ) -> None:
+        rule: EarlyStopping | None = record.config.early_stopping
         self.rule, self.strategy, self.run_dir = rule, record.strategy, record.run_dir
         self.value: float | None = None
         self.epoch: int | None = None  # the 0-based epoch whose val gave `value`
@@ -70,6 +75,10 @@ class BestEpoch:
                 f"another as metrics={{{rule.metric!r}: fn}})"
             )
         self.mode = rule.mode or _better(rule.metric, objective.metrics.get(rule.metric))
+        max_steps = record.config.max_steps
+        short = max_steps is not None and (steps_per_epoch is None or max_steps < steps_per_epoch)
+        if short and record.strategy.is_main:
+            _warn_no_epoch_ends(max_steps, steps_per_epoch)
 
     def start(self, epochs_done: int, resumed: bool) -> None:
         """A fit starts after `epochs_done` whole epochs: fresh (a stale ``best.pt`` goes), or resumed (the
@@ -217,3 +226,18 @@ def _load_local_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) ->
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
             _local(tensor).copy_(state[name])
+
+
+def _warn_no_epoch_ends(max_steps: int, steps_per_epoch: int | None) -> None:
+    """Early stopping judges val at the epochs' ends, and a fit of `max_steps` may reach none."""
+    reach = (
+        f"ends before its first epoch's end ({steps_per_epoch} steps)"
+        if steps_per_epoch is not None
+        else "may reach no epoch's end (the training data has no length: a stream never ends its epoch)"
+    )
+    warnings.warn(
+        f"early_stopping judges val at the epochs' ends, and this fit of max_steps={max_steps} {reach}: it "
+        "would neither stop early nor give back the best weights; fit in epochs (epochs=..., no max_steps), "
+        "or leave early_stopping out",
+        stacklevel=5,  # the Trainer's caller
+    )

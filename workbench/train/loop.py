@@ -214,7 +214,7 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
         self.step = self.epoch = self._position = 0  # steps, epochs, micro-batches: what a checkpoint holds
         self.settings = Settings.of(self.config)  # the lr and clipping in force
         self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite, self._lrs.described())
-        self._best = BestEpoch(self.config.early_stopping, self.objective, self._loaders, self.record)
+        self._best = BestEpoch(self.objective, self._loaders, self.record, steps[0])  # early stopping
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
 
     @property
