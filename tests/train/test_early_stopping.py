@@ -120,6 +120,7 @@ def test_the_test_split_and_the_val_metrics_are_the_restored_models(tmp_path):
         "metric": "loss",
         "best": best["value"],
         "best_epoch": best["epoch"],
+        "best_step": best["step"],
         "stopped": True,
         "restored": True,
     }

@@ -81,19 +81,28 @@ def test_a_resume_after_a_mid_epoch_evaluation_goes_on_bit_identically(tmp_path)
         assert torch.equal(mine, theirs)
 
 
-def test_a_plateau_scheduler_and_early_stopping_judge_the_epochs_ends_only():
+def test_a_plateau_scheduler_judges_the_epochs_ends_and_early_stopping_every_evaluation():
+    """As Lightning's and Hugging Face's early stopping do: patience counts val evaluations (one an epoch
+    without eval_every_steps), so a long epoch or a stream can stop early; a ReduceLROnPlateau, stepped per
+    epoch, judges the epochs' ends."""
     from workbench.train import EarlyStopping
 
     plateau = LrScheduler(
-        lambda optimizer, plan: lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=0), "epoch"
+        lambda optimizer, plan: lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=0),
+        "epoch",
+        monitor="flat",
     )
-    config = CONFIG.replace(epochs=3, early_stopping=EarlyStopping("flat", patience=1, mode="min"))
     flat = {"flat": lambda outputs, batch: 1.0}  # never improves: the plateau halves, the patience runs out
-    plain, before = _fit(config, scheduler=plateau, metrics=flat)
-    often, after = _fit(config.replace(eval_every_steps=1), scheduler=plateau, metrics=flat)
-    assert [event["lr"] for event in after.steps] == [event["lr"] for event in before.steps]
-    assert (often.epoch, often._best.epoch) == (plain.epoch, plain._best.epoch) == (2, 0)
-    assert sum(split == "val" for split, *_ in after.evals) == 12  # steps 1-5 and 7-11, and two epochs' ends
+    _, plain = _fit(CONFIG.replace(epochs=3), scheduler=plateau, metrics=flat)
+    _, often = _fit(CONFIG.replace(epochs=3, eval_every_steps=1), scheduler=plateau, metrics=flat)
+    assert [event["lr"] for event in often.steps] == [event["lr"] for event in plain.steps]
+    assert [event["lr"] for event in plain.steps][-1] == 0.05  # halved once, at epoch 1's end
+    config = CONFIG.replace(epochs=3, early_stopping=EarlyStopping("flat", patience=1, mode="min"))
+    by_epoch, _ = _fit(config, metrics=flat)
+    assert (by_epoch.epoch, by_epoch._best.epoch) == (2, 0)  # one evaluation an epoch: epochs, as before
+    by_evaluation, seen = _fit(config.replace(eval_every_steps=2), metrics=flat)
+    assert (by_evaluation.step, by_evaluation._best.step) == (4, 2)  # step 4's val did not beat step 2's
+    assert [(split, step) for split, step, _ in seen.evals] == [("val", 2), ("val", 4)]  # and no more
 
 
 def test_eval_every_steps_is_checked_and_peers_names_lead_to_it():
@@ -116,3 +125,73 @@ def test_the_command_line_evaluates_within_the_epoch(tmp_path):
 
     val = [event["step"] for event in read_metrics(tmp_path / "often") if event.get("split") == "val"]
     assert val == [10, 20, 23]  # 23 steps in the epoch
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """Training samples without an end, as a streaming dataset gives them."""
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(1)
+        while True:
+            x = torch.randn(6, generator=generator)
+            yield x, int(x[0] > 0)
+
+
+def test_early_stopping_ends_a_stream_and_gives_back_the_best_evaluations_weights():
+    from workbench.train import EarlyStopping
+
+    scores = {2: 0.5, 4: 0.9, 6: 0.8, 8: 0.7}  # step 4's is not beaten by the next two: the fit stops at 8
+    config = CONFIG.replace(
+        max_steps=1000, eval_every_steps=2, early_stopping=EarlyStopping("score", patience=2, mode="max")
+    )
+    kept = {}
+
+    class Weights:
+        def on_eval(self, event) -> None:
+            kept[event["step"]] = [p.detach().clone() for p in trainer.model.parameters()]
+
+    torch.manual_seed(0)
+    score = {"score": lambda outputs, batch: scores.get(trainer.step, 0.0)}  # 0 on the check before step 1
+    trainer = Trainer(
+        nn.Linear(6, 2), F.cross_entropy, (_Stream(), SPLITS[1]), config.replace(epochs=10),
+        metrics=score, callbacks=[Weights()], progress=False,
+    )  # fmt: skip
+    result = trainer.fit()
+    assert (result.step, trainer._best.step, result.metrics["val"]["score"]) == (8, 4, 0.9)
+    assert all(torch.equal(a, b) for a, b in zip(trainer.model.parameters(), kept[4], strict=True))
+
+
+@pytest.mark.parametrize("cut", ["stop at step 5", "crash at step 7"])
+def test_the_patience_counted_in_evaluations_goes_on_across_a_resume(tmp_path, cut):
+    """A stop saves within the epoch (after step 4's val); a crash falls back on the epoch's end at step 6,
+    saved before its val: either way the resumed fit stops where the uninterrupted one did."""
+    from workbench.train import EarlyStopping
+
+    flat = {"flat": lambda outputs, batch: 1.0}
+    config = CONFIG.replace(
+        epochs=3, eval_every_steps=2, early_stopping=EarlyStopping("flat", patience=3, mode="min")
+    )
+    straight, _ = _fit(config, metrics=flat)
+    assert (straight.step, straight._best.step) == (8, 2)  # steps 4, 6 and 8 did not beat step 2
+
+    def trainer():
+        return Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, config, run="r", runs_dir=tmp_path,
+                       metrics=flat, progress=False)  # fmt: skip
+
+    first = trainer()
+
+    class Cut:
+        def on_step(self, event) -> None:
+            if cut == "stop at step 5" and event["step"] == 5:
+                first.control.stop()
+            if cut == "crash at step 7" and event["step"] == 7:
+                raise RuntimeError("node lost")
+
+    first.add_callback(Cut())
+    if cut == "stop at step 5":
+        assert first.fit().status == "stopped"
+    else:
+        with pytest.raises(RuntimeError, match="node lost"):
+            first.fit()
+    resumed = trainer()
+    assert resumed.fit(resume=True).step == 8 and resumed._best.step == 2

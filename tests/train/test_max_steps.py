@@ -161,12 +161,17 @@ def test_peers_spellings_of_the_fits_length_lead_to_max_steps():
         TrainConfig(num_training_steps=100)
 
 
-def test_early_stopping_under_max_steps_judges_whole_epochs_and_ends_with_the_best():
+def test_early_stopping_judges_the_val_where_max_steps_ends_inside_an_epoch():
     config = CONFIG.replace(max_steps=15, early_stopping=EarlyStopping("loss", patience=5))
     trainer, seen = _trainer(config)
     result = trainer.fit()
-    assert result.step == 15 and result.best_epoch in (0, 1)  # epoch 2 ended inside: not judged
-    assert [epoch for split, _, epoch in seen.evals if split == "val"] == [0, 1, 2]
+    assert [(step, epoch) for split, step, epoch in seen.evals if split == "val"] == [
+        (6, 0),
+        (12, 1),
+        (15, 2),
+    ]
+    assert (result.step, result.best_epoch, trainer._best.step) == (15, 2, 15)  # the final model, the best
+    assert not trainer._best.restored
 
 
 def test_workbench_train_takes_max_steps_in_the_presets_epochs_place(capsys):
@@ -180,7 +185,9 @@ def test_workbench_train_takes_max_steps_in_the_presets_epochs_place(capsys):
 
 def test_early_stopping_on_a_fit_that_reaches_no_epochs_end_is_said_to_do_nothing():
     early = EarlyStopping("loss", patience=2)
-    with pytest.warns(UserWarning, match=r"max_steps=4 ends before its first epoch's end \(6 steps\)"):
+    with pytest.warns(
+        UserWarning, match=r"max_steps=4 ends before its first epoch.s end \(6 steps\).*eval_every_steps"
+    ):
         _trainer(CONFIG.replace(max_steps=4, early_stopping=early))
     with pytest.warns(UserWarning, match="may reach no epoch's end .*a stream never ends its epoch"):
         _trainer(CONFIG.replace(max_steps=40, early_stopping=early), (Stream(), SPLITS[1]))

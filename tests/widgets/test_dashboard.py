@@ -462,6 +462,7 @@ def test_a_fit_that_stopped_early_fills_the_bar_and_says_which_epochs_weights_th
     assert (result.epoch, result.best_epoch) == (2, 0) and result.step < trainer.total_steps
     assert dashboard.progress.value == dashboard.progress.max == result.step  # done, not 10% done
     best = result.metrics["val"]["accuracy"]
-    said = f"stopped early: best val accuracy {best:.4g} at epoch 1, the model has its weights"
+    steps = trainer.steps_per_epoch
+    said = f"stopped early: best val accuracy {best:.4g} at epoch 1 (step {steps}), the model has its weights"
     assert said in dashboard.status.value
     assert f"val: loss {result.metrics['val']['loss']:.4f}" in dashboard.status.value  # the best epoch's

@@ -1,11 +1,12 @@
 """`BestEpoch`: what ``TrainConfig(early_stopping=EarlyStopping(...))`` keeps while a fit runs: the best value
-of the watched val metric, its epoch, its metrics and weights, and whether the patience has run out.
+of the watched val metric, the step and epoch of its evaluation, its metrics and weights, how many val
+evaluations since have not beaten it (a checkpoint keeps that count) and whether the patience has run out.
 
 Every rank evaluates the same val numbers (they are summed over ranks), so every rank comes to the same
 verdict without a message between them. Each rank copies the best weights as it holds them (a shard under
 FSDP or tensor parallel, its stage under pipeline parallel) to the CPU, and gives them back when the fit
 finishes; a named run also keeps the whole model's in ``best.pt`` (rank 0 writes it as it writes
-checkpoints), where a resumed fit finds the best epoch it had before, and where you load them later:
+checkpoints), where a resumed fit finds the best evaluation it had before, and where you load them later:
 ``model.load_state_dict(torch.load("runs/name/best.pt")["model"])``.
 
 Example:
@@ -33,6 +34,7 @@ from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import EarlyStopping
 from workbench.train.metrics import F1, Accuracy
 from workbench.train.objective import Objective
+from workbench.train.run_dir import ResumedState
 from workbench.train.run_record import RunRecord
 
 BEST_FILE = "best.pt"
@@ -53,9 +55,13 @@ class BestEpoch:
     ) -> None:
         rule: EarlyStopping | None = record.config.early_stopping
         self.rule, self.strategy, self.run_dir = rule, record.strategy, record.run_dir
+        self.within_epochs = record.config.eval_every_steps is not None  # val comes within epochs too
         self.value: float | None = None
-        self.epoch: int | None = None  # the 0-based epoch whose val gave `value`
-        self.metrics: dict[str, float] = {}  # that epoch's val metrics
+        self.epoch: int | None = None  # the 0-based epoch of the val evaluation that gave `value`
+        self.step: int | None = None  # the optimizer step it came after (None: from an older best.pt)
+        self.metrics: dict[str, float] = {}  # that evaluation's val metrics
+        self.waited = 0  # evaluations since that one that did not beat it
+        self.judged = 0  # the step of the last evaluation judged
         self.stopped = False  # the patience ran out
         self.restored = False  # the model was given the best epoch's weights back at the end
         self._weights: dict[str, torch.Tensor] | None = None  # this rank's part of the best epoch's model
@@ -77,32 +83,50 @@ class BestEpoch:
         self.mode = rule.mode or _better(rule.metric, objective.metrics.get(rule.metric))
         max_steps = record.config.max_steps
         short = max_steps is not None and (steps_per_epoch is None or max_steps < steps_per_epoch)
-        if short and record.strategy.is_main:
+        if short and not self.within_epochs and record.strategy.is_main:
             _warn_no_epoch_ends(max_steps, steps_per_epoch)
 
-    def start(self, epochs_done: int, resumed: bool) -> None:
-        """A fit starts after `epochs_done` whole epochs: fresh (a stale ``best.pt`` goes), or resumed (the
-        best epoch before it comes back from ``best.pt``, and how long the metric has not improved since)."""
-        self.value = self.epoch = self._weights = None
-        self.metrics, self.stopped, self.restored = {}, False, False
+    def start(self, resumed: ResumedState | None) -> None:
+        """A fit starts: fresh (a stale ``best.pt`` goes), or `resumed` (the best evaluation before it comes
+        back from ``best.pt``, and how many evaluations since have not beaten it)."""
+        self.value = self.epoch = self.step = self._weights = None
+        self.metrics, self.stopped, self.restored, self.waited, self.judged = {}, False, False, 0, 0
         path = self.path
         if path is None:
             return
-        if not resumed:  # a run started over: another fit's best epoch is no more
+        if resumed is None:  # a run started over: another fit's best evaluation is no more
             if self.strategy.is_main:
                 path.unlink(missing_ok=True)
             return
         if self.rule is None or not path.is_file():
             return
-        kept = load_checkpoint(path)
-        if kept.get("metric") != self.rule.metric or kept.get("epoch", epochs_done) >= epochs_done:
-            return  # another metric was watched, or the resume went back before that epoch
-        self.value, self.epoch, self.metrics = kept["value"], kept["epoch"], kept.get("metrics", {})
-        self.stopped = epochs_done - 1 - self.epoch >= self.rule.patience
+        kept, where = load_checkpoint(path), resumed.where
+        step = kept.get("step")  # None in a best.pt from before evaluations were told apart by step
+        after = kept.get("epoch", where.epoch) >= where.epoch if step is None else step > where.step
+        if kept.get("metric") != self.rule.metric or after:
+            return  # another metric was watched, or the resume went back before that evaluation
+        self.value, self.epoch, self.step, self.metrics = (
+            kept["value"],
+            kept["epoch"],
+            step,
+            kept.get("metrics", {}),
+        )
+        self.waited = self._waited_since(resumed)
+        self.stopped = self.waited >= self.rule.patience
 
-    def after_eval(self, epoch: int, metrics: dict[str, float], model: torch.nn.Module) -> None:
-        """Epoch `epoch`'s val `metrics` (every rank calls it with the same ones): keep the model's weights
-        when they are the best so far, else count toward the patience."""
+    def _waited_since(self, resumed: ResumedState) -> int:
+        """Evaluations without an improvement between the best one and `resumed`'s checkpoint."""
+        where, saved = resumed.where, resumed.early_stopping
+        if self.step == where.step:
+            return 0  # the best was the val evaluated right after the checkpoint (an epoch's end saves first)
+        if saved is None:  # a checkpoint from before early stopping's state was kept: one evaluation an epoch
+            return where.epoch - 1 - self.epoch
+        pending = where.position == 0 and where.step > saved["judged"]  # its epoch's val came after the save
+        return int(saved["waited"]) + pending
+
+    def after_eval(self, step: int, epoch: int, metrics: dict[str, float], model: torch.nn.Module) -> None:
+        """Val's `metrics` after optimizer step `step` in epoch `epoch` (every rank calls it with the same
+        ones): keep the model's weights when they are the best so far, else count toward the patience."""
         if self.rule is None or not metrics:
             return
         if self.rule.metric not in metrics:
@@ -111,51 +135,72 @@ class BestEpoch:
                 f"{', '.join(map(repr, metrics))} (accuracy is computed for classification only); give "
                 f"EarlyStopping(metric='loss') or metrics={{{self.rule.metric!r}: fn}}"
             )
-        value = float(metrics[self.rule.metric])
+        value, self.judged = float(metrics[self.rule.metric]), step
         if self._improves(value):
-            self.value, self.epoch, self.metrics = value, epoch, dict(metrics)
+            self.value, self.epoch, self.step, self.metrics, self.waited = (
+                value,
+                epoch,
+                step,
+                dict(metrics),
+                0,
+            )
             if self.rule.restore_best:
                 self._weights = _local_state(model)
             self._write(model)
-        elif self.epoch is not None and epoch - self.epoch >= self.rule.patience:
-            self.stopped = True
+        elif self.epoch is not None:
+            self.waited += 1
+            self.stopped = self.waited >= self.rule.patience
 
-    def finish(self, model: torch.nn.Module, last_epoch: int, last: dict[str, dict[str, float]]) -> int:
-        """At the end of a finished fit whose last evaluated epoch is `last_epoch`: give `model` the best
-        epoch's weights (``restore_best``), its val metrics to `last` (the fit's last metrics per split),
-        and say so on rank 0. Returns the epoch whose weights the model has."""
+    def finish(
+        self, model: torch.nn.Module, last: tuple[int, int], metrics: dict[str, dict[str, float]]
+    ) -> int:
+        """At the end of a finished fit whose last val evaluation came after step and epoch `last`: give
+        `model` the best evaluation's weights (``restore_best``), its val metrics to `metrics` (the fit's last
+        metrics per split), and say so on rank 0. Returns the epoch whose weights the model has."""
+        last_step, last_epoch = last
         if self.rule is None or self.epoch is None:
             return last_epoch
-        restore = self.rule.restore_best and self.epoch != last_epoch
+        latest = self.epoch == last_epoch if self.step is None else self.step == last_step
+        restore = self.rule.restore_best and not latest
         self.restored = restore
         if restore:
             if self._weights is not None:
                 _load_local_state(model, self._weights)
-            else:  # the best epoch came before a resume: its weights are in best.pt
+            else:  # the best evaluation came before a resume: its weights are in best.pt
                 self.strategy.load_model_state(model, load_checkpoint(self.path)["model"])
         if self.strategy.is_main and (self.stopped or restore):
-            print(f"early stopping: {self.describe(last_epoch, restore)}", file=sys.stderr)
+            print(f"early stopping: {self.describe(last, restore)}", file=sys.stderr)
         if restore and self.metrics:
-            last["val"] = self.metrics
+            metrics["val"] = self.metrics
         return self.epoch if restore else last_epoch
 
-    def describe(self, last_epoch: int, restored: bool) -> str:
-        """One line: why the fit stopped or ended, and which epoch's weights the model has."""
+    def describe(self, last: tuple[int, int], restored: bool) -> str:
+        """One line: why the fit stopped or ended (`last`: the step and epoch of its last val evaluation),
+        and which evaluation's weights the model has."""
         rule = self.rule
         assert rule is not None and self.epoch is not None
-        best = f"val {rule.metric} {self.value:.6g} (epoch {self.epoch})"
+        best = f"val {rule.metric} {self.value:.6g} ({self._at(self.step, self.epoch)})"
+        waited = "evaluations" if self.within_epochs else "epochs"
         said = (
-            f"stopped after epoch {last_epoch}: {rule.patience} epochs without beating {best}"
+            f"stopped after {self._at(*last)}: {rule.patience} {waited} without beating {best}"
             if self.stopped
             else f"the best was {best}"
         )
         if min_delta := rule.min_delta:
             said += f" by {min_delta:g}"
         weights = (
-            f"epoch {self.epoch}'s weights" if restored else f"the last epoch's weights (epoch {last_epoch})"
+            f"{self._at(self.step, self.epoch)}'s weights"
+            if restored
+            else f"the last weights ({self._at(*last)})"
+            if self.within_epochs
+            else f"the last epoch's weights (epoch {last[1]})"
         )
         kept = f"; {self.path} holds them" if restored and self.path is not None else ""
         return f"{said}; the model has {weights}{kept}"
+
+    def _at(self, step: int | None, epoch: int) -> str:
+        """An evaluation as the line names it: its epoch, and its step where val comes within epochs."""
+        return f"step {step}, epoch {epoch}" if self.within_epochs and step is not None else f"epoch {epoch}"
 
     def summary(self) -> dict[str, Any]:
         """What the fit's last event says of it (``early_stopping``), or nothing without a rule."""
@@ -166,10 +211,15 @@ class BestEpoch:
                 "metric": self.rule.metric,
                 "best": self.value,
                 "best_epoch": self.epoch,
+                "best_step": self.step,
                 "stopped": self.stopped,
-                "restored": self.restored,  # the model ended with the best epoch's weights
+                "restored": self.restored,  # the model ended with the best evaluation's weights
             }
         }
+
+    def state(self) -> dict[str, int] | None:
+        """What a checkpoint keeps of it: the evaluations since the best, and the step of the last judged."""
+        return None if self.rule is None else {"waited": self.waited, "judged": self.judged}
 
     @property
     def path(self) -> Any:
@@ -190,7 +240,7 @@ class BestEpoch:
             return
         state = self.strategy.model_state(model)
         if self.strategy.is_main:
-            kept = {"metric": self.rule.metric, "value": self.value, "epoch": self.epoch}
+            kept = {"metric": self.rule.metric, "value": self.value, "epoch": self.epoch, "step": self.step}
             save_checkpoint({"model": state, **kept, "metrics": self.metrics}, self.path)
 
 
@@ -229,15 +279,17 @@ def _load_local_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) ->
 
 
 def _warn_no_epoch_ends(max_steps: int, steps_per_epoch: int | None) -> None:
-    """Early stopping judges val at the epochs' ends, and a fit of `max_steps` may reach none."""
+    """Early stopping judges val evaluations, which come at the epochs' ends only, and a fit of `max_steps`
+    may reach none."""
     reach = (
         f"ends before its first epoch's end ({steps_per_epoch} steps)"
         if steps_per_epoch is not None
         else "may reach no epoch's end (the training data has no length: a stream never ends its epoch)"
     )
     warnings.warn(
-        f"early_stopping judges val at the epochs' ends, and this fit of max_steps={max_steps} {reach}: it "
-        "would neither stop early nor give back the best weights; fit in epochs (epochs=..., no max_steps), "
-        "or leave early_stopping out",
+        f"early_stopping judges val evaluations, which come at the epochs' ends, and this fit of "
+        f"max_steps={max_steps} {reach}: it would neither stop early nor give back the best weights; give "
+        "eval_every_steps=... (val within epochs, each evaluation judged), fit in epochs, or leave "
+        "early_stopping out",
         stacklevel=5,  # the Trainer's caller
     )

@@ -75,17 +75,21 @@ class OptimizerConfig:
 
 @dataclass(frozen=True, repr=False)
 class EarlyStopping:
-    """Stop a fit when a val metric has stopped improving, and end it with the best epoch's weights.
+    """Stop a fit when a val metric has stopped improving, and end it with the best evaluation's weights.
+
+    Val is evaluated after each epoch (and every ``TrainConfig.eval_every_steps``); each evaluation is judged,
+    as Lightning's and Hugging Face's early stopping judge them.
 
     Args:
-        metric: the val metric watched after each epoch: ``"loss"``, ``"accuracy"`` (classification) or a
-            name of the Trainer's ``metrics=``.
-        patience: epochs in a row without an improvement before the fit stops, ≥ 1.
+        metric: the val metric watched: ``"loss"``, ``"accuracy"`` (classification) or a name of the
+            Trainer's ``metrics=``.
+        patience: val evaluations in a row without an improvement before the fit stops (epochs, unless
+            ``eval_every_steps`` evaluates within them), ≥ 1.
         min_delta: by how much a value must beat the best one to count as an improvement, ≥ 0.
         mode: ``"min"`` (lower is better) or ``"max"``; None: ``"min"`` for the loss, ``"max"`` for accuracy
             and `F1`, a torchmetrics metric's own ``higher_is_better``; a function of yours must say.
-        restore_best: end the fit with the best epoch's weights (the test split then judges them, and a
-            named run keeps them in ``best.pt``); False: with the last epoch's.
+        restore_best: end the fit with the best evaluation's weights (the test split then judges them, and
+            a named run keeps them in ``best.pt``); False: with the last ones.
 
     Example:
         >>> TrainConfig(epochs=100, early_stopping=EarlyStopping("accuracy", patience=5)).early_stopping
@@ -166,7 +170,8 @@ class TrainConfig:
         early_stopping: an `EarlyStopping`: stop when a val metric has stopped improving, and end with the
             best epoch's weights; None: train every epoch.
         eval_every_steps: evaluate val also every this many optimizer steps within an epoch (for the plots
-            and logs of a long epoch; early stopping and a ReduceLROnPlateau judge the epochs' ends), ≥ 1;
+            and logs of a long epoch, and for early stopping, which judges every evaluation; a
+            ReduceLROnPlateau still judges the epochs' ends), ≥ 1;
             None: at each epoch's end only.
         max_steps: train for this many optimizer steps in all, in `epochs`' place (as Hugging Face's
             ``max_steps`` overrides ``num_train_epochs``): through the training split as many times as that

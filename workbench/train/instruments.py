@@ -32,6 +32,22 @@ from workbench.train.profiling import ProfileResult, StepProfiler
 from workbench.train.step_time import NO_CLOCK, Clock, StepClock
 
 
+class InstrumentReadings:
+    """What a trainer's `instruments` measured in its last fit, read from the trainer."""
+
+    instruments: StepInstruments
+
+    @property
+    def profile(self) -> ProfileResult | None:
+        """The last fit's torch.profiler summary (``TrainConfig.profile_steps``, or the Profile button)."""
+        return self.instruments.profile
+
+    @property
+    def compile_report(self) -> dict[str, Any] | None:
+        """The last fit's compile totals (``TrainConfig(compile=...)``): seconds, graphs, graph breaks."""
+        return self.instruments.compile_report
+
+
 class StepInstruments:
     """The profiler, compile accounting, memory probe and step clock of one trainer.
 

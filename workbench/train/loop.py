@@ -52,7 +52,7 @@ from workbench.train.control import Changes, Settings, TrainControl
 from workbench.train.evaluation import evaluate_shard
 from workbench.train.events import Callback, CallbackList
 from workbench.train.fit_events import FitEvents
-from workbench.train.instruments import StepInstruments
+from workbench.train.instruments import InstrumentReadings, StepInstruments
 from workbench.train.interrupts import after_interrupt, one_line_interrupts
 from workbench.train.job import InProcessJob
 from workbench.train.log_window import LogWindow
@@ -63,7 +63,6 @@ from workbench.train.objective import Objective, StepFn
 from workbench.train.optim import OptimizerFactory
 from workbench.train.precision import resolve_precision
 from workbench.train.predict import predict_outputs, prediction_batches
-from workbench.train.profiling import ProfileResult
 from workbench.train.progress import fit_progress_shown
 from workbench.train.run_dir import LoopPosition, RunDir
 from workbench.train.run_record import RunRecord
@@ -87,8 +86,9 @@ class FitResult:
         metrics: last evaluation per split, e.g. ``{"val": {"loss": 0.1, "accuracy": 0.97}}``; with early
             stopping's ``restore_best``, val's are the best epoch's, whose weights the model then has.
         checkpoint: the last checkpoint written, if the trainer has a run directory.
-        best_epoch: with ``TrainConfig(early_stopping=...)``, the epoch of the best val metric, numbered from
-            0 as the events and the progress lines number them (None before any evaluation).
+        best_epoch: with ``TrainConfig(early_stopping=...)``, the epoch of the best val evaluation, numbered
+            from 0 as the events and the progress lines number them (None before any evaluation); its step
+            is the fit's last event's ``early_stopping["best_step"]``.
     """
 
     status: str
@@ -116,7 +116,7 @@ class FitResult:
         return cls(status, step, epoch, seconds, train_loss, metrics, checkpoint, best_epoch)
 
 
-class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' attributes explained
+class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here; peers' attributes explained
     """Trains `model` on the training split, evaluating val after each epoch (and every ``eval_every_steps``)
     and test once, when the fit finishes (not when stopped: test judges the final model, never a choice).
 
@@ -222,16 +222,6 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
         """The torch lr scheduler of ``scheduler=`` (built anew at each fresh fit), or None."""
         return getattr(self._lrs, "scheduler", None)
 
-    @property
-    def profile(self) -> ProfileResult | None:
-        """The last fit's torch.profiler summary (``TrainConfig.profile_steps``, or the Profile button)."""
-        return self.instruments.profile
-
-    @property
-    def compile_report(self) -> dict[str, Any] | None:
-        """The last fit's compile totals (``TrainConfig(compile=...)``): seconds, graphs, graph breaks."""
-        return self.instruments.compile_report
-
     def fit(self, resume: bool | str | os.PathLike = False) -> FitResult:
         """Train until the configured epochs (or ``max_steps``) are done or a stop is requested.
 
@@ -263,11 +253,11 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
                 if not self._run_epoch():
                     status = "stopped"
                     break
-            if status == "stopped" or self.record.due(self.epoch):
+            if status == "stopped" or self._position or self.record.due(self.epoch):  # inside: after val
                 self._save()
             if status == "finished":  # the held-out split once, on the final (or best) model: never to choose
-                evaluated = self.epoch - (0 if self._position else 1)  # max_steps may end inside an epoch
-                held = self._best.finish(self.model, evaluated, self.report.last)  # early stopping's best
+                evaluated = self.epoch - (0 if self._position else 1)  # the epoch of the last val evaluation
+                held = self._best.finish(self.model, (self.step, evaluated), self.report.last)  # the best's
                 self.report.evaluated(self.step, max(held, 0), "test", self.evaluate("test"))
         except BaseException as error:
             end_workers(self._loaders.values())  # now, not at the gc that frees the traceback
@@ -325,14 +315,16 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
                 self.report.step((self.step, self.epoch), interval, checked_sum, **extras)
                 interval = LogWindow()
             if ends and not last:  # max_steps ends the fit inside this epoch: saved, val on its model
-                self._save()  # (early stopping and an epoch's scheduler judge whole epochs only)
-                self.report.evaluated(self.step, self.epoch, "val", self.evaluate("val"))
+                self._save()  # (an epoch's scheduler steps at whole epochs only)
+                self._val(self.epoch)
                 return True
             every = self.config.eval_every_steps
             if every and self.step % every == 0 and not ends:  # val within the epoch too; its end evaluates
                 evaluating = time.perf_counter()
-                self.report.evaluated(self.step, self.epoch, "val", self.evaluate("val"))
+                self._val(self.epoch)
                 interval.exclude(time.perf_counter() - evaluating)  # evaluating is no step's time
+                if self._best.stopped:
+                    return True  # early stopping's patience ran out within the epoch
             if self.record.due_at_step(self.step) and not ends:  # the epoch's (or fit's) end saves below
                 saving = time.perf_counter()
                 self._save()
@@ -341,10 +333,14 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
         self.epoch, self._position = self.epoch + 1, 0
         if self.record.due(self.epoch) or self.record.due_at_step(self.step):  # before val, which may fail
             self._save()
-        val = self.report.evaluated(self.step, self.epoch - 1, "val", self.evaluate("val"))
-        self._best.after_eval(self.epoch - 1, val, self.model)  # early stopping's best epoch and patience
-        self._lrs.epoch_done(val)  # a torch scheduler of yours steps here (every="epoch")
+        self._lrs.epoch_done(self._val(self.epoch - 1))  # a torch scheduler of yours steps (every="epoch")
         return True
+
+    def _val(self, epoch: int) -> dict[str, float]:
+        """Val after this step, in epoch `epoch`: evaluated, reported and judged by early stopping."""
+        val = self.report.evaluated(self.step, epoch, "val", self.evaluate("val"))
+        self._best.after_eval(self.step, epoch, val, self.model)  # the best evaluation and the patience
+        return val
 
     def _run_step(
         self, group: list[Batch], check: LogWindow | None, clock: Clock = NO_CLOCK
@@ -408,13 +404,15 @@ class Trainer(InProcessJob, PeersAttributes):  # a Job in this process; peers' a
             self.step, self.epoch, self._position = where.step, where.epoch, where.position
             self.settings = Settings(where.lr, where.clip_norm, where.clip_value)
         self._lrs.begin(self.optimizer, resumed, self.settings.lr, lambda: self.evaluate("val"))
-        self._best.start(self.epoch, resumed is not None)
+        self._best.start(resumed)
         self.instruments.start(self.step)
         self.record.write_config(self.settings)
 
     def _save(self) -> None:
         where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))
-        self.record.save(where, self.model, self.optimizer, self.scaler, self._lrs.state())
+        self.record.save(
+            where, self.model, self.optimizer, self.scaler, self._lrs.state(), self._best.state()
+        )
 
 
 def _train_mode(model: torch.nn.Module, strategy: Strategy) -> None:

@@ -125,9 +125,11 @@ def capture_training_state(
     where: LoopPosition,
     config: TrainConfig,
     scheduler: dict[str, Any] | None = None,
+    early_stopping: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything a resume needs, as a checkpoint dict (`scheduler`: a torch scheduler's state, from
-    `TorchSchedule.state`). Every rank calls it (state and RNGs are gathered)."""
+    `TorchSchedule.state`; `early_stopping`: `BestEpoch.state`). Every rank calls it (state and RNGs are
+    gathered)."""
     cuda = strategy.device.type == "cuda"
     return {
         "model": strategy.model_state(model),
@@ -145,6 +147,7 @@ def capture_training_state(
         "data_shards": strategy.data_world_size,
         "config": config.to_dict(),
         "scheduler": scheduler,
+        "early_stopping": early_stopping,
     }
 
 
@@ -156,13 +159,14 @@ _PARAM_GROUP_KEYS = ("weight_decay", "betas", "momentum", "nesterov")  # lr is s
 @dataclass(frozen=True)
 class ResumedState:
     """What `restore_training_state` found: where the loop stood, the optimizer settings the new config
-    changes (name → (at the save, now)), the lr in force at the save and a torch scheduler's state (None
-    without one)."""
+    changes (name → (at the save, now)), the lr in force at the save, a torch scheduler's state and early
+    stopping's (None without one, or from a checkpoint older than it)."""
 
     where: LoopPosition
     changes: dict[str, tuple[Any, Any]]
     lr_at_save: float
     scheduler: dict[str, Any] | None = None
+    early_stopping: dict[str, Any] | None = None
 
     def describe(self) -> str:
         """The changes as one line, e.g. ``lr 0.003 → 0.0001, weight_decay 0.0 → 0.5``; "" when none."""
@@ -226,7 +230,7 @@ def restore_training_state(
         if asked != before:
             changes[name] = (state[name], asked)
     where = LoopPosition(state["step"], state["epoch"], state["position"], lr, **clipping)
-    return ResumedState(where, changes, state["lr"], state.get("scheduler"))
+    return ResumedState(where, changes, state["lr"], state.get("scheduler"), state.get("early_stopping"))
 
 
 def check_resumable(

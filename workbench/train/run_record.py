@@ -95,11 +95,18 @@ class RunRecord:
         return self.run_dir is not None and every is not None and step % every == 0
 
     def save(
-        self, where: LoopPosition, model: torch.nn.Module, optimizer: Any, scaler: Any, scheduler: Any = None
+        self,
+        where: LoopPosition,
+        model: torch.nn.Module,
+        optimizer: Any,
+        scaler: Any,
+        scheduler: Any = None,
+        early_stopping: Any = None,
     ) -> None:
         """Rank 0 writes the checkpoint (every rank takes part in gathering the state and RNGs); `scheduler`:
-        a torch scheduler's state (`TorchSchedule.state`)."""
+        a torch scheduler's state (`TorchSchedule.state`), `early_stopping`: `BestEpoch.state`."""
         if self.run_dir is None:
             return
-        state = capture_training_state(self.strategy, model, optimizer, scaler, where, self.config, scheduler)
+        loop = (self.config, scheduler, early_stopping)
+        state = capture_training_state(self.strategy, model, optimizer, scaler, where, *loop)
         self.checkpoint = self.run_dir.save(state) if self.strategy.is_main else self.run_dir.checkpoint_path

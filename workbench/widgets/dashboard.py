@@ -415,7 +415,8 @@ class Dashboard(Callback):
         early = self._early_stop
         if early and state != "running":
             how = "stopped early" if early.get("stopped") else "early stopping"
-            best = f"best val {early['metric']} {early['best']:.4g} at epoch {early['best_epoch'] + 1}"
+            step = f" (step {early['best_step']})" if early.get("best_step") is not None else ""
+            best = f"best val {early['metric']} {early['best']:.4g} at epoch {early['best_epoch'] + 1}{step}"
             parts.append(f"{how}: {best}{', the model has its weights' if early.get('restored') else ''}")
         for split, metrics in self._last_eval.items():
             shown = ", ".join(f"{k} {v:.4f}" for k, v in evaluation_metrics(metrics).items())
