@@ -13,8 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import IterableDataset, TensorDataset
+from torch.utils.data import TensorDataset
 
+from tests.streams import Stream
 from workbench.cli import main
 from workbench.train import OptimizerConfig, TrainConfig, Trainer, read_metrics
 from workbench.train.run_record import RunRecord
@@ -31,14 +32,6 @@ class CrashAt:
     def on_step(self, event) -> None:
         if event["step"] == self.step:
             raise RuntimeError("node lost")
-
-
-class Stream(IterableDataset):
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(1)
-        while True:
-            x = torch.randn(6, generator=generator)
-            yield x, int(x[0] > 0)
 
 
 def _trainer(config, splits=SPLITS, **options) -> Trainer:

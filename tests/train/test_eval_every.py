@@ -16,6 +16,7 @@ from torch import nn
 from torch.optim import lr_scheduler
 from torch.utils.data import TensorDataset
 
+from tests.streams import Stream
 from workbench.train import LrScheduler, OptimizerConfig, TrainConfig, Trainer
 
 X = torch.randn(96, 6, generator=torch.Generator().manual_seed(0))
@@ -127,16 +128,6 @@ def test_the_command_line_evaluates_within_the_epoch(tmp_path):
     assert val == [10, 20, 23]  # 23 steps in the epoch
 
 
-class _Stream(torch.utils.data.IterableDataset):
-    """Training samples without an end, as a streaming dataset gives them."""
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(1)
-        while True:
-            x = torch.randn(6, generator=generator)
-            yield x, int(x[0] > 0)
-
-
 def test_early_stopping_ends_a_stream_and_gives_back_the_best_evaluations_weights():
     from workbench.train import EarlyStopping
 
@@ -153,7 +144,7 @@ def test_early_stopping_ends_a_stream_and_gives_back_the_best_evaluations_weight
     torch.manual_seed(0)
     score = {"score": lambda outputs, batch: scores.get(trainer.step, 0.0)}  # 0 on the check before step 1
     trainer = Trainer(
-        nn.Linear(6, 2), F.cross_entropy, (_Stream(), SPLITS[1]), config.replace(epochs=10),
+        nn.Linear(6, 2), F.cross_entropy, (Stream(), SPLITS[1]), config.replace(epochs=10),
         metrics=score, callbacks=[Weights()], progress=False,
     )  # fmt: skip
     result = trainer.fit()

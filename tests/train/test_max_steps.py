@@ -15,8 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.optim import lr_scheduler
-from torch.utils.data import IterableDataset, TensorDataset
+from torch.utils.data import TensorDataset
 
+from tests.streams import Stream
 from workbench.cli import main
 from workbench.train import EarlyStopping, LrScheduler, OptimizerConfig, TrainConfig, Trainer
 from workbench.train.lr_scheduler import FitPlan
@@ -40,16 +41,6 @@ class Seen:
 
     def on_eval(self, event) -> None:
         self.evals.append((event["split"], event["step"], event["epoch"]))
-
-
-class Stream(IterableDataset):
-    """Samples without an end, as a streaming dataset gives them."""
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(1)
-        while True:
-            x = torch.randn(6, generator=generator)
-            yield x, int(x[0] > 0)
 
 
 def _trainer(config: TrainConfig, splits=SPLITS, **options) -> tuple[Trainer, Seen]:

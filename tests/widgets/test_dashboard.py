@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.nn import functional
 
+from tests.streams import Stream
 from workbench import models
 from workbench.train import Callback, OptimizerConfig, TrainConfig, Trainer, load_checkpoint
 from workbench.widgets.dashboard import Dashboard
@@ -388,19 +389,11 @@ def test_every_figure_in_a_trained_dashboard_holds_data(regression_trainer):
     assert dashboard.step_time_plot.bars() == ["one process"]
 
 
-class _Stream(torch.utils.data.IterableDataset):
-    """100 regression samples, no __len__: the epoch length is unknown until it ends."""
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(0)
-        for _ in range(100):
-            x = torch.randn(10, generator=generator)
-            yield x, x.sum(dim=0, keepdim=True)
-
-
 def test_an_epoch_of_unknown_length_shows_the_steps_done_without_a_total():
     config = TrainConfig(epochs=2, batch_size=10, optimizer=OptimizerConfig("sgd", lr=0.01), log_every=3)
-    trainer = Trainer(models.linear(10), functional.mse_loss, _Stream(), config)
+    trainer = Trainer(
+        models.linear(10), functional.mse_loss, Stream(10, regression=True, count=100, seed=0), config
+    )
     dashboard = Dashboard(trainer, monitor=False)
     result = dashboard.fit()
     assert result.step == 20 and trainer.total_steps is None
@@ -410,19 +403,9 @@ def test_an_epoch_of_unknown_length_shows_the_steps_done_without_a_total():
     assert dashboard.loss_plot.point_counts()["run 1 train"] == 8  # steps 3, 6, 9, 10 (epoch end), 13...
 
 
-class _Endless(torch.utils.data.IterableDataset):
-    """Regression samples without an end, as a streaming dataset gives them."""
-
-    def __iter__(self):
-        generator = torch.Generator().manual_seed(0)
-        while True:
-            x = torch.randn(10, generator=generator)
-            yield x, x.sum(dim=0, keepdim=True)
-
-
 def test_a_stream_without_an_end_counts_to_max_steps_with_an_eta():
     config = TrainConfig(max_steps=25, batch_size=10, optimizer=OptimizerConfig("sgd", lr=0.01), log_every=5)
-    trainer = Trainer(models.linear(10), functional.mse_loss, _Endless(), config)
+    trainer = Trainer(models.linear(10), functional.mse_loss, Stream(10, regression=True, seed=0), config)
     dashboard = Dashboard(trainer, monitor=False)
     assert dashboard.fit().step == 25
     assert dashboard.progress.value == dashboard.progress.max == 25
