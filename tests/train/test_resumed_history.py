@@ -17,7 +17,7 @@ from torch.utils.data import TensorDataset
 
 from workbench.train import OptimizerConfig, TrainConfig, Trainer, follow_metrics, read_metrics
 from workbench.train.runs import summarize_run
-from workbench.widgets import LossPlot
+from workbench.widgets import LossPlot, MetricPlot
 
 X = torch.randn(96, 6, generator=torch.Generator().manual_seed(0))
 SPLITS = (TensorDataset(X, (X[:, 0] > 0).long()), TensorDataset(X[:32], (X[:32, 0] > 0).long()))
@@ -77,6 +77,14 @@ def test_a_live_loss_plot_continues_the_curve_from_the_checkpoint(tmp_path):
     assert x.tolist() == list(range(1, 19))  # one point a step, never turning back
     val_steps, val_losses = plot._runs["r"].series["val"].points()
     assert val_steps.tolist() == [4, 6, 8, 12, 16, 18] and val_losses.min() > 0.001
+
+
+def test_a_live_metric_plot_continues_its_curves_from_the_checkpoint(tmp_path):
+    plot = MetricPlot()
+    _crash_then_resume(tmp_path, plot)
+    plot.flush()
+    assert plot._series["lr"][0].points()[0].tolist() == list(range(1, 19))
+    assert plot._series["val accuracy"][0].points()[0].tolist() == [4, 6, 8, 12, 16, 18]
 
 
 def test_a_replay_of_the_log_and_its_history_plot_draw_the_run_once(tmp_path):

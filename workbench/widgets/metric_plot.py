@@ -44,7 +44,8 @@ class MetricPlot(LiveFigure, Callback):
 
     Step events give the learning rate, gradient norm and samples/s (a curve per rank under data
     parallel) and any other numeric field; evaluation events give ``val accuracy``, ``test f1``... A
-    fresh fit (``start_step`` 0) starts the curves over. Events only append; a timer thread redraws.
+    fresh fit (``start_step`` 0) starts the curves over; a resumed one goes on from its step (the points
+    past it, which it redoes, are dropped). Events only append; a timer thread redraws.
 
     Args:
         max_points: the most points drawn per curve (≥ 2).
@@ -105,9 +106,14 @@ class MetricPlot(LiveFigure, Callback):
     # ------------------------------------------------------------------ events
 
     def on_fit_start(self, info: Event) -> None:
-        if info.get("start_step", 0) == 0:
-            with self._data_lock:
+        start = info.get("start_step", 0)
+        with self._data_lock:
+            if start == 0:
                 self._series, self._changed, self._new_metrics = {}, set(), True
+            for metric, ranks in self._series.items():  # a resume redoes the steps after its checkpoint's
+                for series in ranks.values():
+                    series.drop_after(start)
+                self._changed.add(metric)
         self._throttle.start()
 
     def on_step(self, metrics: Event) -> None:
