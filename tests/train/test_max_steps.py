@@ -131,7 +131,7 @@ def test_a_resume_may_lengthen_max_steps_and_not_shorten_it(tmp_path):
     assert in_epochs.fit(resume=True).step == 18
 
 
-def test_epochs_given_beside_max_steps_are_said_to_be_unused():
+def test_epochs_given_beside_max_steps_that_would_end_it_sooner_are_said_not_to():
     with pytest.warns(
         UserWarning, match=r"max_steps=20 sets the fit's length \(3.33 epochs of 6 steps\).*epochs=3"
     ):
@@ -139,6 +139,7 @@ def test_epochs_given_beside_max_steps_are_said_to_be_unused():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _trainer(CONFIG.replace(max_steps=20))  # the default epochs: nothing to say
+        _trainer(CONFIG.replace(epochs=3, max_steps=10))  # a config's epochs, and fewer steps: as meant
 
 
 def test_peers_spellings_of_the_fits_length_lead_to_max_steps():

@@ -145,7 +145,8 @@ def count_steps(
     """Optimizer steps per epoch and in the whole fit (``config.max_steps`` when given); None for a training
     split without a length (an iterable dataset without ``__len__``: progress then shows the steps done, no
     total). Refuses a training split that gives no batch, and a schedule that needs the fit's length when it
-    is unknown; warns (where `warn`: the main rank) of epochs set beside max_steps, which it overrides."""
+    is unknown; warns (where `warn`: the main rank) of epochs set beside max_steps that would have ended the
+    fit sooner: max_steps overrides them."""
     if "train" not in loaders:
         raise ValueError(
             "the training split gives no batches (every batch dropped: drop_last with fewer samples per rank "
@@ -153,7 +154,12 @@ def count_steps(
         )
     batches = loaders["train"].length
     per_epoch = None if batches is None else -(-batches // config.accumulate)
-    if warn and config.max_steps is not None and config.epochs != TrainConfig.epochs:
+    sooner = (
+        per_epoch is not None
+        and config.max_steps is not None
+        and per_epoch * config.epochs < config.max_steps
+    )
+    if warn and sooner and config.epochs != TrainConfig.epochs:  # epochs set to end it sooner, perhaps
         _warn_epochs_unused(config, per_epoch)
     if per_epoch is None and config.optimizer.schedule != "constant" and config.max_steps is None:
         raise ValueError(
@@ -167,11 +173,11 @@ def count_steps(
     return per_epoch, config.max_steps or per_epoch * config.epochs
 
 
-def _warn_epochs_unused(config: TrainConfig, per_epoch: int | None) -> None:
-    length = "" if per_epoch is None else f" ({config.max_steps / per_epoch:.3g} epochs of {per_epoch} steps)"
+def _warn_epochs_unused(config: TrainConfig, per_epoch: int) -> None:
+    length = f"{config.max_steps / per_epoch:.3g} epochs of {per_epoch} steps"
     warnings.warn(
-        f"max_steps={config.max_steps} sets the fit's length{length} in epochs' place, so "
-        f"epochs={config.epochs} is not used; leave one of them out",
+        f"max_steps={config.max_steps} sets the fit's length ({length}) in epochs' place, so "
+        f"epochs={config.epochs} ({config.epochs * per_epoch} steps) does not end it; leave one of them out",
         stacklevel=5,  # the Trainer's caller
     )
 
