@@ -38,8 +38,8 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.add_argument(
         "--patience",
         type=int,
-        help="stop when the val metric (--monitor) has not improved for this many epochs; the model keeps "
-        "the best epoch's weights (a named run: RUNS_DIR/RUN/best.pt)",
+        help="stop when the val metric (--monitor) has not improved for this many evaluations (epochs, "
+        "unless --eval-every-steps); the model keeps the best one's weights (a named run: RUNS_DIR/RUN/best.pt)",
     )
     train.add_argument("--monitor", help="with --patience: the val metric watched (default loss; accuracy)")
     train.add_argument(
