@@ -39,7 +39,7 @@ def add(commands: argparse._SubParsersAction) -> None:
         "--patience",
         type=int,
         help="stop when the val metric (--monitor) has not improved for this many evaluations (epochs, "
-        "unless --eval-every-steps); the model keeps the best one's weights (a named run: RUNS_DIR/RUN/best.pt)",
+        "unless --eval-every-steps); the model keeps the best one's weights (a run's RUNS_DIR/RUN/best.pt)",
     )
     train.add_argument("--monitor", help="with --patience: the val metric watched (default loss; accuracy)")
     train.add_argument(
