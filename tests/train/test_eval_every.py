@@ -148,7 +148,12 @@ def test_early_stopping_ends_a_stream_and_gives_back_the_best_evaluations_weight
         metrics=score, callbacks=[Weights()], progress=False,
     )  # fmt: skip
     result = trainer.fit()
-    assert (result.step, trainer._best.step, result.metrics["val"]["score"]) == (8, 4, 0.9)
+    assert (result.step, result.best_step, result.best_epoch, result.metrics["val"]["score"]) == (
+        8,
+        4,
+        0,
+        0.9,
+    )
     assert all(torch.equal(a, b) for a, b in zip(trainer.model.parameters(), kept[4], strict=True))
 
 

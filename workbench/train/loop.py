@@ -86,9 +86,9 @@ class FitResult:
         metrics: last evaluation per split, e.g. ``{"val": {"loss": 0.1, "accuracy": 0.97}}``; with early
             stopping's ``restore_best``, val's are the best epoch's, whose weights the model then has.
         checkpoint: the last checkpoint written, if the trainer has a run directory.
-        best_epoch: with ``TrainConfig(early_stopping=...)``, the epoch of the best val evaluation, numbered
-            from 0 as the events and the progress lines number them (None before any evaluation); its step
-            is the fit's last event's ``early_stopping["best_step"]``.
+        best_epoch, best_step: with ``TrainConfig(early_stopping=...)``, the epoch of the best val evaluation,
+            numbered from 0 as the events and the progress lines number them, and the optimizer step it came
+            after (None before any evaluation).
     """
 
     status: str
@@ -99,21 +99,22 @@ class FitResult:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     checkpoint: Path | None = None
     best_epoch: int | None = None
+    best_step: int | None = None
 
     @classmethod
     def of(
         cls,
         status: str,
-        where: tuple[int, int, int | None, float],
+        where: tuple[int, int, tuple[int | None, int | None], float],
         last: dict[str, dict[str, float]],
         checkpoint: Path | None,
     ) -> FitResult:
-        """The result of a fit at `where` (steps, epochs, the best epoch or None, and its seconds) whose
-        `last` metrics per split (``"train"``: its loss) are known."""
+        """The result of a fit at `where` (steps, epochs, the best evaluation's epoch and step or Nones, and
+        its seconds) whose `last` metrics per split (``"train"``: its loss) are known."""
         metrics = {split: values for split, values in last.items() if split != "train"}
         train_loss = last.get("train", {}).get("loss")
-        step, epoch, best_epoch, seconds = where
-        return cls(status, step, epoch, seconds, train_loss, metrics, checkpoint, best_epoch)
+        step, epoch, best, seconds = where
+        return cls(status, step, epoch, seconds, train_loss, metrics, checkpoint, *best)
 
 
 class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here; peers' attributes explained
@@ -241,7 +242,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         shown = fit_progress_shown(self.progress, self.events, is_main=self.strategy.is_main)
         with shown, one_line_interrupts(self) as pressed, self.record.held(), self.instruments.watching_fit():
             status = self._fit(resume)
-        where = (self.step, self.epoch, self._best.epoch, time.perf_counter() - started)
+        where = (self.step, self.epoch, (self._best.epoch, self._best.step), time.perf_counter() - started)
         return after_interrupt(self, pressed, FitResult.of(status, where, self.report.last, self.checkpoint))
 
     def _fit(self, resume: bool | str | os.PathLike) -> str:
