@@ -105,12 +105,8 @@ class BestEpoch:
         after = kept.get("epoch", where.epoch) >= where.epoch if step is None else step > where.step
         if kept.get("metric") != self.rule.metric or after:
             return  # another metric was watched, or the resume went back before that evaluation
-        self.value, self.epoch, self.step, self.metrics = (
-            kept["value"],
-            kept["epoch"],
-            step,
-            kept.get("metrics", {}),
-        )
+        self.value, self.epoch, self.step = kept["value"], kept["epoch"], step
+        self.metrics = kept.get("metrics", {})
         self.waited = self._waited_since(resumed)
         self.stopped = self.waited >= self.rule.patience
 
@@ -137,13 +133,8 @@ class BestEpoch:
             )
         value, self.judged = float(metrics[self.rule.metric]), step
         if self._improves(value):
-            self.value, self.epoch, self.step, self.metrics, self.waited = (
-                value,
-                epoch,
-                step,
-                dict(metrics),
-                0,
-            )
+            self.value, self.epoch, self.step, self.waited = value, epoch, step, 0
+            self.metrics = dict(metrics)
             if self.rule.restore_best:
                 self._weights = _local_state(model)
             self._write(model)
