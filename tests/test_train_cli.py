@@ -379,6 +379,42 @@ def test_a_worker_killed_under_the_command_is_named_without_a_traceback(tmp_path
     assert err.strip().endswith("all 2 workers were stopped; launch again when fixed")
 
 
+def test_a_killed_command_resumes_from_its_last_checkpoint_and_reads_as_one_run(tmp_path):
+    """The OOM killer or a lost node ends `workbench train` with SIGKILL: nothing runs, no fit_end is
+    written, the log's buffer reaches the disk wherever it had filled. The person then types the same
+    command with --resume: it continues from the last checkpoint and the run reads as one run."""
+    import signal
+    import time
+    import warnings
+
+    run = tmp_path / "runs" / "k"
+    command = _workbench("train", "digits-mlp", "--run", "k", "--checkpoint-every-steps", "10")
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (run / "checkpoint.pt").is_file():  # killed right after its first checkpoint, mid-fit
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    with (run / "metrics.jsonl").open("a") as log:  # what a kill mid-write leaves, when it does
+        log.write('{"event": "step", "step": 11, "lo')
+    listed = subprocess.run(_workbench("runs"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "killed" in listed.stdout.splitlines()[-1], listed.stdout
+
+    done = subprocess.run([*command, "--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    resumed_at = read_metrics(run, kind="fit_start")[-1]["start_step"]
+    assert resumed_at % 10 == 0 and 0 < resumed_at < 460, resumed_at  # a checkpoint's step, not the kill's
+    assert done.stderr.startswith(f"resumed from the checkpoint at step {resumed_at} of 460\n"), done.stderr
+    assert "finished: 460 steps, 20 epochs" in done.stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no malformed line: the torn one was cut before the resume wrote
+        steps = [event["step"] for event in read_metrics(run, kind="step")]
+    assert steps == sorted(set(steps)) and steps[-1] == 460  # each step once, in order
+    listed = subprocess.run(_workbench("runs"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "finished" in listed.stdout.splitlines()[-1] and "killed" not in listed.stdout, listed.stdout
+
+
 def test_compile_without_a_compiler_is_one_line_from_the_command(tmp_path):
     import os
     import subprocess

@@ -82,3 +82,20 @@ def test_a_partial_line_waits_and_a_restarted_log_is_read_from_the_start(tmp_pat
 def test_the_interval_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="interval must be a finite number > 0"):
         follow_metrics(tmp_path, [], interval=0)
+
+
+def test_a_follower_reads_the_resume_after_a_torn_line_is_cut(tmp_path):
+    """The writer was killed mid-line; the follower had read that fragment. The resume cuts it and appends
+    its fit_start: the follower read on from where the fragment ended, so it glued the fragment to the
+    resume's line, skipped it as malformed, and never heard that the fit resumed."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"event": "fit_start", "start_step": 0}\n{"event": "step", "step": 1}\n{"event": "st')
+    recorder = Recorder()
+    follower = follow_metrics(tmp_path, [recorder], interval=10)  # the thread polls once, then tests poll
+    _until(lambda: recorder.seen == [("start", 0), ("step", 1)])
+    log = MetricsLog(tmp_path)
+    log.on_fit_start({"start_step": 1})
+    log.on_fit_end({"status": "finished"})
+    assert follower.poll() == 2 and follower.skipped == 0
+    assert recorder.seen[2:] == [("start", 1), ("end", "finished")]
+    follower.stop()

@@ -8,6 +8,7 @@ and a val score of the abandoned try could stand as the run's best. metrics.json
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -113,3 +114,26 @@ def test_tensorboard_forgets_what_the_failed_try_logged_past_the_checkpoint(tmp_
     assert [event.step for event in board.Scalars("train/loss")] == list(range(1, 19))
     assert [event.step for event in board.Scalars("val/loss")] == [4, 6, 8, 12, 16, 18]
     assert min(event.value for event in board.Scalars("val/loss")) > 0.001
+
+
+def test_a_line_torn_by_a_killed_writer_is_cut_before_the_resume_appends(tmp_path):
+    """SIGKILL (the OOM killer, a lost node) stops the log mid-line: the buffer reaches the disk whenever it
+    fills. The resume appended its fit_start to that fragment, making one malformed line: the resume was
+    lost, steps 5-7 read twice, and every read of the run warned."""
+    from workbench.train import MetricsLog
+
+    log = tmp_path / "metrics.jsonl"
+    steps = [{"event": "step", "step": step, "loss": 1.0} for step in range(1, 8)]
+    written = "".join(json.dumps(e) + "\n" for e in [{"event": "fit_start", "start_step": 0}, *steps])
+    log.write_text(written + '{"event": "step", "step": 8, "lo')
+    resumed = MetricsLog(tmp_path)
+    resumed.on_fit_start({"start_step": 4})
+    for step in range(5, 10):
+        resumed.on_step({"step": step, "loss": 0.5})
+    resumed.on_fit_end({"status": "finished", "step": 9})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no malformed line left to warn of
+        assert [e["step"] for e in read_metrics(tmp_path, kind="step")] == list(range(1, 10))
+        every = read_metrics(tmp_path, kind="step", superseded=True)
+        assert [e["step"] for e in every][7:] == [5, 6, 7, 8, 9]
+    assert log.read_text().startswith(written)  # the complete lines are kept

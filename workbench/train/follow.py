@@ -38,8 +38,7 @@ class Follower:
         self.skipped = 0  # malformed lines passed over
         self.errors: list[str] = []  # callbacks that raised, as "hook: Type: message"
         self._stop = threading.Event()
-        self._offset = 0
-        self._partial = b""
+        self._offset = 0  # the end of the last complete line read: a torn line is read again from its start
         self._head = b""  # the log's first bytes: if they change, the log was rewritten
         self._lock = threading.Lock()  # one reader at a time: the thread, or a caller of poll
         self._thread = threading.Thread(target=self._run, name="workbench-follow", daemon=True)
@@ -67,14 +66,15 @@ class Follower:
         with self.path.open("rb") as file:
             head = file.read(len(self._head))
             if size < self._offset or head != self._head:  # the log was started over (a fresh fit)
-                self._offset, self._partial, self._head = 0, b"", b""
+                self._offset, self._head = 0, b""
             if not self._head:
                 file.seek(0)
                 self._head = file.read(_HEAD_BYTES)
             file.seek(self._offset)
-            data = self._partial + file.read()
-            self._offset = file.tell()
-        *lines, self._partial = data.split(b"\n")
+            data = file.read()
+        *lines, partial = data.split(b"\n")  # a line still being written, or one a resume cuts off
+        self._offset += len(data) - len(partial)
+        self._head = self._head[: self._offset]  # complete lines only: a cut fragment is no rewrite
         delivered = 0
         for line in lines:
             if not line.strip():

@@ -24,8 +24,10 @@ _FLUSH_EVERY_S = 1.0
 class MetricsLog(Callback):
     """Writes each event to ``<run_dir>/metrics.jsonl`` as ``{"event": kind, ...metrics}``.
 
-    A fresh fit (``start_step == 0``) starts the log over; a resumed fit appends to it. Lines are flushed at
-    each evaluation, at the end, and at least once a second while steps come (so `follow_metrics` sees them).
+    A fresh fit (``start_step == 0``) starts the log over; a resumed fit appends to it, after cutting the
+    last line where a killed writer left it torn (else that fragment and the resume's ``fit_start`` would
+    read as one malformed line). Lines are flushed at each evaluation, at the end, and at least once a
+    second while steps come (so `follow_metrics` sees them).
     """
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
@@ -36,8 +38,11 @@ class MetricsLog(Callback):
     def on_fit_start(self, info: Event) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         append = info["start_step"] > 0
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
-        self._file = os.fdopen(open_run_file(self.path, flags), "a" if append else "w", encoding="utf-8")
+        flags = os.O_RDWR | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        descriptor = open_run_file(self.path, flags)
+        if append:
+            cut_torn_line(descriptor)
+        self._file = os.fdopen(descriptor, "a" if append else "w", encoding="utf-8")
         self._write("fit_start", info, flush=True)
 
     def on_step(self, metrics: Event) -> None:
@@ -68,6 +73,31 @@ class MetricsLog(Callback):
             with contextlib.suppress(OSError):
                 file.close()
             raise OSError(error.errno, explain_write_failure(self.path, error)) from None
+
+
+def cut_torn_line(descriptor: int, chunk: int = 4096) -> int:
+    """Truncate the file open at `descriptor` after its last newline: a process killed mid-write (SIGKILL,
+    the OOM killer, a lost node) leaves a line cut short, which no reader can use. Returns the bytes cut.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryFile() as file:
+        ...     _ = file.write(b'{"event": "step"}\\n{"event": "st')
+        ...     file.flush()
+        ...     cut_torn_line(file.fileno()), file.seek(0), file.read()
+        (13, 0, b'{"event": "step"}\\n')
+    """
+    size = end = os.fstat(descriptor).st_size
+    while end > 0:
+        start = max(0, end - chunk)
+        newline = os.pread(descriptor, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    if end < size:
+        os.ftruncate(descriptor, end)
+    return size - end
 
 
 def read_metrics(run: str | os.PathLike, kind: str | None = None, *, superseded: bool = False) -> list[Event]:

@@ -59,6 +59,10 @@ class ConsoleProgress(Callback):
         self._postfix: dict[str, str] = {}
 
     def on_fit_start(self, info: Event) -> None:
+        start, total = info["start_step"], info.get("total_steps")
+        if start and not self.one_line and info.get("rank", 0) == 0:  # a log read after a crash says where
+            of = f" of {total}" if total else ""
+            print(f"resumed from the checkpoint at step {start}{of}", file=self.file)
         self._bar = self._open_bar(info)
 
     def _open_bar(self, info: Event) -> tqdm | ProgressLines:
