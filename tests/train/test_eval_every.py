@@ -1,7 +1,8 @@
 """``TrainConfig(eval_every_steps=N)``: val is evaluated every N optimizer steps within an epoch as well as at
 its end (once there, not twice), for the plots and logs of a long epoch; the evaluating is no step's time, a
-resume after it goes on bit-identically, and early stopping and a ReduceLROnPlateau still judge the epochs'
-ends. Before, a fit over one long epoch (a big dataset, a fine-tuning run) showed val once, at its end."""
+resume after it goes on bit-identically, early stopping judges each evaluation, and a ReduceLROnPlateau
+judges the epochs' ends (every="epoch") or each evaluation (every="eval"). Before, a fit over one long epoch
+(a big dataset, a fine-tuning run) showed val once, at its end."""
 
 from __future__ import annotations
 
@@ -191,3 +192,91 @@ def test_the_patience_counted_in_evaluations_goes_on_across_a_resume(tmp_path, c
             first.fit()
     resumed = trainer()
     assert resumed.fit(resume=True).step == 8 and resumed._best.step == 2
+
+
+def _halving(every: str) -> LrScheduler:
+    """A ReduceLROnPlateau that halves the lr at every val evaluation after the first (the metric is flat)."""
+    return LrScheduler(
+        lambda optimizer, plan: lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=0),
+        every,
+        monitor="flat",
+    )
+
+
+FLAT = {"flat": lambda outputs, batch: 1.0}
+
+
+def test_a_plateau_scheduler_every_eval_judges_each_evaluation():
+    """every="eval": a ReduceLROnPlateau steps at each val evaluation, within the epochs too, as Hugging
+    Face's Trainer steps it; every="epoch" judged only the epochs' ends (a stream's never came)."""
+    config = CONFIG.replace(epochs=2, eval_every_steps=2)
+    _, seen = _fit(config, scheduler=_halving("eval"), metrics=FLAT)
+    lrs = [event["lr"] for event in seen.steps]  # vals at steps 2, 4, …, 12: halved from the second on
+    assert lrs == [0.1] * 4 + [0.05] * 2 + [0.025] * 2 + [0.0125] * 2 + [0.00625] * 2
+    _, by_epoch = _fit(config, scheduler=_halving("epoch"), metrics=FLAT)
+    assert [event["lr"] for event in by_epoch.steps] == [0.1] * 12  # one epoch's end before the last step
+
+
+@pytest.mark.parametrize("cut", ["stop at step 5", "crash at step 7"])
+def test_a_plateau_scheduler_every_eval_goes_on_across_a_resume(tmp_path, cut):
+    """A stop saves after step 4's val (judged); a crash falls back on the epoch's end at step 6, saved
+    before its val: the resume evaluates it again and the scheduler judges it. The lrs are the straight
+    run's."""
+    config = CONFIG.replace(epochs=3, eval_every_steps=2)
+    _, straight = _fit(config, scheduler=_halving("eval"), metrics=FLAT)
+    seen = Seen()
+
+    def trainer():
+        return Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, config, run="r", runs_dir=tmp_path,
+                       metrics=FLAT, scheduler=_halving("eval"), callbacks=[seen],
+                       progress=False)  # fmt: skip
+
+    first = trainer()
+
+    class Cut:
+        def on_step(self, event) -> None:
+            if cut == "stop at step 5" and event["step"] == 5:
+                first.control.stop()
+            if cut == "crash at step 7" and event["step"] == 7:
+                raise RuntimeError("node lost")
+
+    first.add_callback(Cut())
+    if cut == "stop at step 5":
+        assert first.fit().status == "stopped"
+    else:
+        with pytest.raises(RuntimeError, match="node lost"):
+            first.fit()
+    seen.steps.clear()
+    assert trainer().fit(resume=True).step == 18
+    resumed_from = seen.steps[0]["step"] - 1
+    assert [e["lr"] for e in seen.steps] == [e["lr"] for e in straight.steps][resumed_from:]
+
+
+def test_a_plateau_scheduler_every_step_names_the_two_that_work_and_every_epoch_warns_on_a_stream():
+    with pytest.raises(ValueError, match=r"give every='epoch' \(at the epochs' ends\) or every='eval'"):
+        Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, CONFIG, metrics=FLAT, scheduler=_halving("step"))
+    stream = CONFIG.replace(max_steps=8)
+    with pytest.warns(UserWarning, match=r"every='epoch'\) steps at the epochs' ends, and this fit") as said:
+        Trainer(nn.Linear(6, 2), F.cross_entropy, (Stream(), SPLITS[1]), stream, scheduler=_halving("epoch"),
+                metrics=FLAT, progress=False)  # fmt: skip
+    assert "may reach no epoch's end" in str(said[0].message) and said[0].filename == __file__
+    assert "give every='eval' with eval_every_steps=" in str(said[0].message)
+
+
+def test_early_stopping_counts_the_val_where_max_steps_ended_a_fit_when_it_resumes(tmp_path):
+    """max_steps=5 ends the fit inside its first epoch: val at step 5 (not beating step 2's) counts toward
+    the patience once across the resume, as an epoch's end's does (a guard: the fit's last save follows
+    it)."""
+    from workbench.train import EarlyStopping
+
+    config = CONFIG.replace(
+        epochs=3, eval_every_steps=2, early_stopping=EarlyStopping("flat", patience=4, mode="min")
+    )
+
+    def trainer(config):
+        return Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, config, run="r", runs_dir=tmp_path,
+                       metrics=FLAT, progress=False)  # fmt: skip
+
+    assert trainer(config.replace(max_steps=5)).fit().step == 5  # vals at 2, 4 and 5
+    resumed = trainer(config).fit(resume=True)  # then 6 and 8: the fourth without beating step 2's
+    assert (resumed.status, resumed.step, resumed.best_step) == ("finished", 8, 2)

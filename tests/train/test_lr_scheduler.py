@@ -230,7 +230,7 @@ def test_a_scheduler_built_for_too_few_steps_says_what_the_fit_has():
         (lambda optimizer: lr_scheduler.OneCycleLR,
          "scheduler=OneCycleLR(...) is a class; .* every='step') (workbench"),
         (lambda optimizer: (lambda o, p: None),
-         "scheduler= takes LrScheduler(<lambda>, every='step' or 'epoch')"),
+         "scheduler= takes LrScheduler(<lambda>, every='step', 'epoch' or 'eval')"),
         (lambda optimizer: "cosine", "the built-in schedules are OptimizerConfig's schedule"),
         (lambda optimizer: 3, "scheduler must be LrScheduler(factory, every=...) or None, got int"),
     ],

@@ -195,6 +195,25 @@ def fit_epochs(config: TrainConfig, steps_per_epoch: int | None) -> int | None:
     return None if steps_per_epoch is None else -(-config.max_steps // steps_per_epoch)
 
 
+def no_epoch_end(config: TrainConfig, steps_per_epoch: int | None) -> str | None:
+    """Why a fit of ``max_steps`` reaches no epoch's end (what judges the epochs' ends never acts), or None.
+
+    Example:
+        >>> no_epoch_end(TrainConfig(max_steps=5), steps_per_epoch=10)
+        "this fit of max_steps=5 ends before its first epoch's end (10 steps)"
+        >>> no_epoch_end(TrainConfig(max_steps=25), steps_per_epoch=10) is None
+        True
+    """
+    if config.max_steps is None or (steps_per_epoch is not None and config.max_steps >= steps_per_epoch):
+        return None
+    reach = (
+        f"ends before its first epoch's end ({steps_per_epoch} steps)"
+        if steps_per_epoch is not None
+        else "may reach no epoch's end (the training data has no length: a stream never ends its epoch)"
+    )
+    return f"this fit of max_steps={config.max_steps} {reach}"
+
+
 def fit_done(config: TrainConfig, step: int, epoch: int) -> bool:
     """Whether a fit `step` optimizer steps and `epoch` whole epochs in has trained all it is to: its
     ``max_steps`` steps, else its ``epochs``."""

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from workbench.train.batches import no_epoch_end
 from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import EarlyStopping
 from workbench.train.metrics import F1, Accuracy
@@ -81,10 +82,14 @@ class BestEpoch:
                 f"another as metrics={{{rule.metric!r}: fn}})"
             )
         self.mode = rule.mode or _better(rule.metric, objective.metrics.get(rule.metric))
-        max_steps = record.config.max_steps
-        short = max_steps is not None and (steps_per_epoch is None or max_steps < steps_per_epoch)
+        short = no_epoch_end(record.config, steps_per_epoch)
         if short and not self.within_epochs and record.strategy.is_main:
-            _warn_no_epoch_ends(max_steps, steps_per_epoch)
+            warnings.warn(
+                f"early_stopping judges val evaluations, which come at the epochs' ends, and {short}: it "
+                "would neither stop early nor give back the best weights; give eval_every_steps=... (val "
+                "within epochs, each evaluation judged), fit in epochs, or leave early_stopping out",
+                stacklevel=4,  # the Trainer's caller
+            )
 
     def start(self, resumed: ResumedState | None) -> None:
         """A fit starts: fresh (a stale ``best.pt`` goes), or `resumed` (the best evaluation before it comes
@@ -117,7 +122,7 @@ class BestEpoch:
             return 0  # the best was the val evaluated right after the checkpoint (an epoch's end saves first)
         if saved is None:  # a checkpoint from before early stopping's state was kept: one evaluation an epoch
             return where.epoch - 1 - self.epoch
-        pending = where.position == 0 and where.step > saved["judged"]  # its epoch's val came after the save
+        pending = resumed.val_follows and where.step > saved["judged"]  # that val came after the save
         return int(saved["waited"]) + pending
 
     def after_eval(self, step: int, epoch: int, metrics: dict[str, float], model: torch.nn.Module) -> None:
@@ -267,20 +272,3 @@ def _load_local_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) ->
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
             _local(tensor).copy_(state[name])
-
-
-def _warn_no_epoch_ends(max_steps: int, steps_per_epoch: int | None) -> None:
-    """Early stopping judges val evaluations, which come at the epochs' ends only, and a fit of `max_steps`
-    may reach none."""
-    reach = (
-        f"ends before its first epoch's end ({steps_per_epoch} steps)"
-        if steps_per_epoch is not None
-        else "may reach no epoch's end (the training data has no length: a stream never ends its epoch)"
-    )
-    warnings.warn(
-        f"early_stopping judges val evaluations, which come at the epochs' ends, and this fit of "
-        f"max_steps={max_steps} {reach}: it would neither stop early nor give back the best weights; give "
-        "eval_every_steps=... (val within epochs, each evaluation judged), fit in epochs, or leave "
-        "early_stopping out",
-        stacklevel=5,  # the Trainer's caller
-    )

@@ -171,7 +171,7 @@ class TrainConfig:
             best epoch's weights; None: train every epoch.
         eval_every_steps: evaluate val also every this many optimizer steps within an epoch (for the plots
             and logs of a long epoch, and for early stopping, which judges every evaluation; a
-            ReduceLROnPlateau still judges the epochs' ends), ≥ 1;
+            ReduceLROnPlateau judges them with ``LrScheduler(..., every="eval")``), ≥ 1;
             None: at each epoch's end only.
         max_steps: train for this many optimizer steps in all, in `epochs`' place (as Hugging Face's
             ``max_steps`` overrides ``num_train_epochs``): through the training split as many times as that

@@ -341,6 +341,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         """Val after this step, in epoch `epoch`: evaluated, reported and judged by early stopping."""
         val = self.report.evaluated(self.step, epoch, "val", self.evaluate("val"))
         self._best.after_eval(self.step, epoch, val, self.model)  # the best evaluation and the patience
+        self._lrs.evaluated(self.step, val)  # a torch scheduler of yours steps (every="eval")
         return val
 
     def _run_step(

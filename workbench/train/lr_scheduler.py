@@ -4,7 +4,9 @@ The Trainer builds the optimizer (on the parameters it trains, which DDP and FSD
 the scheduler on it too, from ``factory(optimizer, plan)``; `FitPlan` says how long the fit is and at what
 lr it runs. ``every="step"`` steps the scheduler after every optimizer step (OneCycleLR, a warm-up
 LambdaLR, CosineAnnealingLR over ``plan.steps``); ``every="epoch"`` after every epoch's val evaluation
-(MultiStepLR with milestones in epochs, ReduceLROnPlateau on a val metric, ``monitor=``).
+(MultiStepLR with milestones in epochs, ReduceLROnPlateau on a val metric, ``monitor=``); ``every="eval"``
+after every val evaluation, those of ``eval_every_steps`` within epochs too (a ReduceLROnPlateau on a long
+epoch or a stream, as Hugging Face's Trainer steps it).
 
 What the Trainer's own schedule does, a torch scheduler does too (`TorchSchedule`): the logged lr is the
 one each step used; a Dashboard's Apply (and a resume with another lr) scales every lr the scheduler gives
@@ -35,12 +37,12 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
 from workbench._validate import check_called_as, check_choice
-from workbench.train.batches import fit_epochs
+from workbench.train.batches import fit_epochs, no_epoch_end
 from workbench.train.config import TrainConfig
 from workbench.train.optim import GroupLrs
 from workbench.train.trainer_keywords import same_value
 
-EVERY = ("step", "epoch")
+EVERY = ("step", "epoch", "eval")
 _LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")  # param-group entries that are lrs (OneCycleLR's too)
 _SCHEDULER_LRS = ("base_lrs", "_last_lr", "max_lrs", "min_lrs")  # a scheduler's lists of lrs (CyclicLR's…)
 _ORDER_WARNING = r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`"  # fp16's skips
@@ -72,7 +74,8 @@ class LrScheduler:
         factory: ``factory(optimizer, plan) -> torch.optim.lr_scheduler.LRScheduler``, built on the
             `optimizer` it is given; `plan` is a `FitPlan` (``plan.steps``, ``plan.epochs``, ``plan.lr``).
         every: ``"step"``: the scheduler steps after every optimizer step; ``"epoch"``: after every epoch,
-            once val is evaluated (ReduceLROnPlateau steps on a val metric, so only there).
+            once val is evaluated; ``"eval"``: after every val evaluation (``TrainConfig(eval_every_steps=N)``
+            adds them within epochs). ReduceLROnPlateau steps on a val metric: ``"epoch"`` or ``"eval"``.
         monitor: ReduceLROnPlateau's val metric: ``"loss"`` (the default), ``"accuracy"`` or a name of the
             Trainer's ``metrics=``.
 
@@ -133,8 +136,9 @@ def as_lr_scheduler(value: Any) -> LrScheduler | None:
     if callable(value):
         name = getattr(value, "__name__", "factory")
         raise TypeError(
-            f"scheduler= takes LrScheduler({name}, every='step' or 'epoch'): say whether the scheduler steps "
-            "after every optimizer step or after every epoch (workbench.train's LrScheduler)"
+            f"scheduler= takes LrScheduler({name}, every='step', 'epoch' or 'eval'): say whether the "
+            "scheduler steps after every optimizer step, every epoch or every val evaluation "
+            "(workbench.train's LrScheduler)"
         )
     raise TypeError(f"scheduler must be LrScheduler(factory, every=...) or None, got {type(value).__name__}")
 
@@ -194,7 +198,7 @@ def lr_policy(
     scheduler = as_lr_scheduler(scheduler)
     if scheduler is None:
         return GroupLrs(optimizer, config.optimizer, steps[1], warn=warn)
-    return TorchSchedule(optimizer, config, scheduler, steps, val_metrics)
+    return TorchSchedule(optimizer, config, scheduler, steps, val_metrics, warn=warn)
 
 
 class TorchSchedule(GroupLrs):
@@ -213,6 +217,8 @@ class TorchSchedule(GroupLrs):
         spec: LrScheduler,
         steps: tuple[int | None, int | None],
         val_metrics: Iterable[str] | None,
+        *,
+        warn: bool = True,
     ) -> None:
         schedule = config.optimizer
         if schedule.schedule != "constant" or schedule.warmup_steps:
@@ -224,10 +230,18 @@ class TorchSchedule(GroupLrs):
             )
         super().__init__(optimizer, schedule, steps[1], warn=False)
         self.spec, self.epochs, self.steps_per_epoch = spec, fit_epochs(config, steps[0]), steps[0]
-        self.epochs_stepped = 0  # the epochs an every="epoch" scheduler has stepped for
+        self.epochs_stepped = 0  # the epochs (every="epoch") or val evaluations (every="eval") stepped for
+        self.judged = 0  # the optimizer step of the last val evaluation an every="eval" scheduler stepped on
         self.scheduler = self._build(optimizer, schedule.lr)
         self.kind = type(self.scheduler).__name__
         self._check_plateau(val_metrics)
+        if spec.every == "epoch" and warn and (short := no_epoch_end(config, steps[0])):
+            warnings.warn(
+                f"the scheduler ({self.kind}, every='epoch') steps at the epochs' ends, and {short}: it "
+                "would never step; give every='eval' with eval_every_steps=... (at each val evaluation), "
+                "every='step', or fit in epochs",
+                stacklevel=5,  # the Trainer's caller
+            )
 
     def _check_plateau(self, val_metrics: Iterable[str] | None) -> None:
         spec, kind = self.spec, self.kind
@@ -238,8 +252,11 @@ class TorchSchedule(GroupLrs):
                     f"factory built a {kind}, which steps on its own; leave monitor out"
                 )
             return
-        if spec.every != "epoch":
-            raise ValueError(f"{kind} steps on a val metric, which comes once per epoch: give every='epoch'")
+        if spec.every == "step":
+            raise ValueError(
+                f"{kind} steps on a val metric, which comes with each val evaluation: give every='epoch' (at "
+                "the epochs' ends) or every='eval' (every evaluation, eval_every_steps's too)"
+            )
         monitor = spec.monitor or "loss"
         if val_metrics is None:
             raise ValueError(
@@ -292,7 +309,7 @@ class TorchSchedule(GroupLrs):
 
     def start(self, optimizer: torch.optim.Optimizer, lr: float) -> None:
         """A fresh fit at the run's lr `lr`: the scheduler built anew (an earlier fit left it at its end)."""
-        self.scheduler, self.epochs_stepped = self._build(optimizer, lr), 0
+        self.scheduler, self.epochs_stepped, self.judged = self._build(optimizer, lr), 0, 0
 
     def set(self, optimizer: torch.optim.Optimizer, step: int, lr: float) -> None:
         """Before optimizer step `step`: scale the schedule by `lr` / the run's lr so far when they differ."""
@@ -306,23 +323,32 @@ class TorchSchedule(GroupLrs):
         if self.spec.every == "step":
             self._step()
 
+    def evaluated(self, step: int, val: dict[str, float]) -> None:
+        """After a val evaluation that followed optimizer step `step` (`val`: its metrics)."""
+        if self.spec.every == "eval" and self._step_on(val):
+            self.epochs_stepped, self.judged = self.epochs_stepped + 1, step
+
     def epoch_done(self, val: dict[str, float]) -> None:
         """After an epoch and its val evaluation (`val`: its metrics)."""
-        if self.spec.every != "epoch":
-            return
-        if isinstance(self.scheduler, ReduceLROnPlateau):
-            monitor = self.spec.monitor or "loss"
-            if not val:
-                return  # nothing evaluated (an empty val shard): nothing to judge by
-            if monitor not in val:
-                raise ValueError(
-                    f"{self.kind} watches monitor={monitor!r}, and val gave only {', '.join(map(repr, val))} "
-                    "(accuracy is computed for classification only); give monitor='loss'"
-                )
-            self._step(float(val[monitor]))
-        else:
+        if self.spec.every == "epoch" and self._step_on(val):
+            self.epochs_stepped += 1
+
+    def _step_on(self, val: dict[str, float]) -> bool:
+        """Step at a val evaluation (a ReduceLROnPlateau on its `monitor`); False when there is nothing to
+        judge by (an empty val shard evaluated nothing)."""
+        if not isinstance(self.scheduler, ReduceLROnPlateau):
             self._step()
-        self.epochs_stepped += 1
+            return True
+        monitor = self.spec.monitor or "loss"
+        if not val:
+            return False
+        if monitor not in val:
+            raise ValueError(
+                f"{self.kind} watches monitor={monitor!r}, and val gave only {', '.join(map(repr, val))} "
+                "(accuracy is computed for classification only); give monitor='loss'"
+            )
+        self._step(float(val[monitor]))
+        return True
 
     def _step(self, *metric: float) -> None:
         with warnings.catch_warnings():  # fp16's scaler skips a step when its gradients overflowed
@@ -353,6 +379,7 @@ class TorchSchedule(GroupLrs):
             "every": self.spec.every,
             "plan": [self.total_steps or None, self.epochs],
             "epochs_stepped": self.epochs_stepped,
+            "judged": self.judged,
             "state": self.scheduler.state_dict(),
         }
 
@@ -388,7 +415,7 @@ class TorchSchedule(GroupLrs):
             moves = resumed.where.step if self.spec.every == "step" else int(saved["epochs_stepped"])
             for _ in range(moves):
                 self._step()
-            self.epochs_stepped = moves if self.spec.every == "epoch" else 0
+            self.epochs_stepped = 0 if self.spec.every == "step" else moves
             warnings.warn(
                 f"the checkpoint's {self.kind} was built for {saved['plan'][0]} steps in {saved['plan'][1]} "
                 f"epochs, and this fit has {plan[0]} in {plan[1]}: it was built again for them and moved "
@@ -396,9 +423,13 @@ class TorchSchedule(GroupLrs):
                 UserWarning,
                 stacklevel=6,  # the fit(resume=...) call: past begin, _start, _fit and fit
             )
+        self.judged = int(saved.get("judged", 0))
         self.now = optimizer.param_groups[self.reference]["lr"]
+        judge = evaluate if isinstance(self.scheduler, ReduceLROnPlateau) else dict
         if self.spec.every == "epoch" and self.epochs_stepped < resumed.where.epoch:
-            self.epoch_done(evaluate() if isinstance(self.scheduler, ReduceLROnPlateau) else {})
+            self.epoch_done(judge())
+        if self.spec.every == "eval" and resumed.val_follows and self.judged < resumed.where.step:
+            self.evaluated(resumed.where.step, judge())  # the val evaluated right after the save
 
 
 def _scale_lrs(optimizer: torch.optim.Optimizer, scheduler: LRScheduler, ratio: float) -> None:

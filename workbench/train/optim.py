@@ -179,6 +179,9 @@ class GroupLrs:
     def stepped(self) -> None:
         """After an optimizer step."""
 
+    def evaluated(self, step: int, val: dict[str, float]) -> None:
+        """After a val evaluation that followed optimizer step `step` (`val`: its metrics)."""
+
     def epoch_done(self, val: dict[str, float]) -> None:
         """After an epoch and its val evaluation (`val`: its metrics)."""
 

@@ -160,13 +160,16 @@ _PARAM_GROUP_KEYS = ("weight_decay", "betas", "momentum", "nesterov")  # lr is s
 class ResumedState:
     """What `restore_training_state` found: where the loop stood, the optimizer settings the new config
     changes (name → (at the save, now)), the lr in force at the save, a torch scheduler's state and early
-    stopping's (None without one, or from a checkpoint older than it)."""
+    stopping's (None without one, or from a checkpoint older than it). `val_follows`: the fit evaluated val
+    right after this save (an epoch's end, or max_steps reached inside an epoch, save first), so what judges
+    evaluations (early stopping, an every="eval" scheduler) may have one to catch up on."""
 
     where: LoopPosition
     changes: dict[str, tuple[Any, Any]]
     lr_at_save: float
     scheduler: dict[str, Any] | None = None
     early_stopping: dict[str, Any] | None = None
+    val_follows: bool = False
 
     def describe(self) -> str:
         """The changes as one line, e.g. ``lr 0.003 → 0.0001, weight_decay 0.0 → 0.5``; "" when none."""
@@ -230,7 +233,9 @@ def restore_training_state(
         if asked != before:
             changes[name] = (state[name], asked)
     where = LoopPosition(state["step"], state["epoch"], state["position"], lr, **clipping)
-    return ResumedState(where, changes, state["lr"], state.get("scheduler"), state.get("early_stopping"))
+    val_follows = where.step > 0 and (where.position == 0 or where.step == saved.max_steps)
+    kept = state.get("scheduler"), state.get("early_stopping")
+    return ResumedState(where, changes, state["lr"], *kept, val_follows=val_follows)
 
 
 def check_resumable(
