@@ -280,3 +280,9 @@ def test_early_stopping_counts_the_val_where_max_steps_ended_a_fit_when_it_resum
     assert trainer(config.replace(max_steps=5)).fit().step == 5  # vals at 2, 4 and 5
     resumed = trainer(config).fit(resume=True)  # then 6 and 8: the fourth without beating step 2's
     assert (resumed.status, resumed.step, resumed.best_step) == ("finished", 8, 2)
+
+
+def test_every_eval_without_a_val_split_is_refused_with_the_fix():
+    steps = LrScheduler(lambda optimizer, plan: lr_scheduler.StepLR(optimizer, 2), "eval")
+    with pytest.raises(ValueError, match="every='eval' steps the StepLR after each val evaluation, and the"):
+        Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS[0], CONFIG, scheduler=steps)

@@ -26,9 +26,7 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +37,8 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from workbench._validate import check_called_as, check_choice
 from workbench.train.batches import fit_epochs, no_epoch_end
 from workbench.train.config import TrainConfig
+from workbench.train.lr_scheduler_lines import factory_line, is_plateau, kind_name
 from workbench.train.optim import GroupLrs
-from workbench.train.trainer_keywords import same_value
 
 EVERY = ("step", "epoch", "eval")
 _LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")  # param-group entries that are lrs (OneCycleLR's too)
@@ -95,9 +93,9 @@ class LrScheduler:
 
     def __post_init__(self) -> None:
         check_choice("every", self.every, EVERY)
-        line = _factory_line(self.factory, self.every)
+        line = factory_line(self.factory, self.every)
         if isinstance(self.factory, type | LRScheduler):
-            name = _kind_name(self.factory)
+            name = kind_name(self.factory)
             said = f"the class {name}" if isinstance(self.factory, type) else f"a {name}"
             raise TypeError(
                 f"factory is {said}; give a function that builds it on the Trainer's optimizer: {line}"
@@ -124,13 +122,13 @@ def as_lr_scheduler(value: Any) -> LrScheduler | None:
             f"{value!r})); scheduler= takes your torch scheduler as LrScheduler(factory, every=...)"
         )
     if isinstance(value, LRScheduler | type):
-        name = _kind_name(value)
+        name = kind_name(value)
         every = "step" if name in ("OneCycleLR", "CyclicLR") else "epoch"
         owner = "is built on an optimizer of yours" if isinstance(value, LRScheduler) else "is a class"
-        hint = "" if every == "step" or _is_plateau(value) else " (or every='step': after each batch)"
+        hint = "" if every == "step" or is_plateau(value) else " (or every='step': after each batch)"
         raise TypeError(
             f"scheduler={name}(...) {owner}; the Trainer builds the optimizer on the parameters it trains, "
-            f"and the scheduler on that optimizer from a function: scheduler={_factory_line(value, every)}"
+            f"and the scheduler on that optimizer from a function: scheduler={factory_line(value, every)}"
             f"{hint} (workbench.train's LrScheduler; plan.steps and plan.epochs give the fit's length)"
         )
     if callable(value):
@@ -141,47 +139,6 @@ def as_lr_scheduler(value: Any) -> LrScheduler | None:
             "(workbench.train's LrScheduler)"
         )
     raise TypeError(f"scheduler must be LrScheduler(factory, every=...) or None, got {type(value).__name__}")
-
-
-def _is_plateau(value: Any) -> bool:
-    return isinstance(value, ReduceLROnPlateau) or value is ReduceLROnPlateau
-
-
-def _kind_name(value: Any) -> str:
-    return value.__name__ if isinstance(value, type) else type(value).__name__
-
-
-def _factory_line(value: Any, every: str) -> str:
-    """``LrScheduler(lambda optimizer, plan: Name(optimizer, ...), every=...)`` for a scheduler (with the
-    settings it was built with) or its class."""
-    built = _built_with(value) if isinstance(value, type | LRScheduler) else "OneCycleLR(optimizer, ...)"
-    watched = ", monitor='accuracy'" if getattr(value, "mode", None) == "max" and _is_plateau(value) else ""
-    return f"LrScheduler(lambda optimizer, plan: {built}, every={every!r}{watched})"
-
-
-def _built_with(value: Any) -> str:
-    """``Name(optimizer, setting=...)``: the settings a scheduler keeps as attributes that differ from its
-    defaults; ``...`` for a required one it does not keep; OneCycleLR's lr and length from the plan."""
-    kind = value if isinstance(value, type) else type(value)
-    if kind.__name__ == "OneCycleLR":  # its length must be the fit's, or its step raises at the end
-        return "OneCycleLR(optimizer, max_lr=plan.lr, total_steps=plan.steps)"
-    try:
-        parameters = list(inspect.signature(kind).parameters.values())[1:]  # after the optimizer
-    except (TypeError, ValueError):
-        return f"{kind.__name__}(optimizer, ...)"
-    settings = []
-    for parameter in parameters:
-        if parameter.name in ("last_epoch", "verbose") or parameter.kind is parameter.VAR_KEYWORD:
-            continue
-        kept = getattr(value, parameter.name, inspect.Parameter.empty)
-        if isinstance(kept, Counter):  # MultiStepLR's milestones
-            kept = sorted(kept.elements())
-        if kept is inspect.Parameter.empty or isinstance(value, type):
-            if parameter.default is inspect.Parameter.empty:
-                settings.append(f"{parameter.name}=...")
-        elif not same_value(kept, parameter.default):
-            settings.append(f"{parameter.name}={kept!r}")
-    return f"{kind.__name__}({', '.join(['optimizer', *settings])})"
 
 
 def lr_policy(
@@ -235,6 +192,11 @@ class TorchSchedule(GroupLrs):
         self.scheduler = self._build(optimizer, schedule.lr)
         self.kind = type(self.scheduler).__name__
         self._check_plateau(val_metrics)
+        if spec.every == "eval" and val_metrics is None:
+            raise ValueError(
+                f"every='eval' steps the {self.kind} after each val evaluation, and the data has no val "
+                "split: give one, Trainer(model, loss_fn, (train, val), config), or every='epoch'"
+            )
         if spec.every == "epoch" and warn and (short := no_epoch_end(config, steps[0])):
             warnings.warn(
                 f"the scheduler ({self.kind}, every='epoch') steps at the epochs' ends, and {short}: it "
