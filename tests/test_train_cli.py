@@ -358,6 +358,43 @@ def test_a_diverging_run_ends_with_the_reason_not_a_traceback(tmp_path):
     assert last.endswith("Try a lower lr (now 1000) or clipping (clip_norm).")
 
 
+def _ignore_sigint() -> None:
+    """What a non-interactive shell does to a job it starts with `&` (and nohup, some batch systems)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("how", ["alone", "started with & (SIGINT ignored)", "--strategy ddp"])
+def test_sigterm_stops_after_the_step_saves_and_exits_143(tmp_path, how):
+    """Slurm's time limit and scancel, Kubernetes, docker stop and systemd end a job with SIGTERM, then
+    SIGKILL some seconds later. The command died at once, mid-epoch, its last checkpoint up to an epoch
+    old and no end logged; now SIGTERM is a stop request as Ctrl-C is. Kubernetes and docker signal the
+    container's first process only: with --strategy ddp, the launcher, which stops its workers together."""
+    import json
+    import signal
+
+    extra = ["--strategy", "ddp"] if how == "--strategy ddp" else []
+    command = _workbench("train", "digits-mlp", "--epochs", "500", "--run", "t", *extra)
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_ignore_sigint if how.startswith("started with &") else None,
+    )  # fmt: skip
+    log = tmp_path / "runs" / "t" / "metrics.jsonl"
+    _wait_for_a_logged_step(process, log)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("workbench train: stopped at step ") and last.endswith(
+        "(SIGTERM); checkpoint runs/t/checkpoint.pt: continue with --resume"
+    ), err
+    assert "(SIGTERM again: quit without saving)" in out or "(SIGTERM again, or" in out, out
+    end = json.loads(log.read_text().splitlines()[-1])
+    assert (end["event"], end["status"], end["step"]) == ("fit_end", "stopped", int(last.split()[5]))
+    assert (tmp_path / "runs" / "t" / "checkpoint.pt").is_file()
+
+
 def test_a_worker_killed_under_the_command_is_named_without_a_traceback(tmp_path):
     """Issue 44: a SIGKILLed rank of `workbench train --strategy ddp` ended in a WorkerFailed traceback."""
     import signal

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -155,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
     from workbench.parallel import WorkerFailed
     from workbench.train.compilation import CompilerMissingError
+    from workbench.train.interrupts import TrainingInterrupted
     from workbench.train.loss_check import NonFiniteLossError
     from workbench.train.run_lock import RunInUseError
 
@@ -172,6 +174,12 @@ def run(args: argparse.Namespace) -> int:
             _refuse_distributed_options(args)
             return train_here(args, strategy=None)
         return train_distributed(args)
+    except TrainingInterrupted as stopped:  # Ctrl-C, or SIGTERM (Slurm's time limit, Kubernetes, docker stop)
+        saved = stopped.result is not None and stopped.checkpoint is not None
+        then = f"checkpoint {stopped.checkpoint}: continue with --resume" if saved else "not saved"
+        how = "Ctrl-C" if stopped.signal == signal.SIGINT else stopped.signal.name
+        print(f"workbench train: stopped at step {stopped.step} ({how}); {then}", file=sys.stderr)
+        return 128 + stopped.signal  # as a shell reports a process that the signal ended
     except NonFiniteLossError as error:  # the training diverged: said as it is, not as a traceback
         print(f"workbench train: error: {error}", file=sys.stderr)
         return 1

@@ -81,7 +81,6 @@ def train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) 
     from workbench.tables import text_table
     from workbench.train import Trainer
     from workbench.train.compilation import describe_compile
-    from workbench.train.interrupts import TrainingInterrupted
     from workbench.train.progress import ConsoleProgress
 
     experiment = experiment_from(args) if experiment is None else experiment
@@ -102,13 +101,7 @@ def train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) 
     )
     resume = _resume_after_restart(args.resume, trainer.run_dir, main)
     trainer.record.overwrite |= args.resume and not resume  # a restart's own failed try, started over
-    try:  # Ctrl-C: the Trainer stops after its step and saves (a second Ctrl-C quits at once)
-        result = trainer.fit(resume=resume)
-    except TrainingInterrupted as stopped:
-        saved = stopped.result is not None and stopped.checkpoint is not None
-        then = f"checkpoint {stopped.checkpoint}: continue with --resume" if saved else "not saved"
-        print(f"workbench train: stopped at step {stopped.step} (Ctrl-C); {then}", file=sys.stderr)
-        return 130
+    result = trainer.fit(resume=resume)  # Ctrl-C, SIGTERM: it stops after its step and saves (`run` says so)
     if not main:
         return 0
     rows = [["train", "loss", f"{result.train_loss:.5f}"]]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import inspect
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -278,22 +279,23 @@ class Launch:
             except KeyboardInterrupt:
                 if not pressed:
                     raise
-                raise self._interrupted(saved=False) from None
+                raise self._interrupted(pressed[0], saved=False) from None
         if pressed:  # the workers stopped together at a step boundary and saved
-            raise self._interrupted(saved=True, result=result["value"])
+            raise self._interrupted(pressed[0], saved=True, result=result["value"])
         return self._take(result)
 
-    def _note_interrupt(self) -> None:
+    def _note_interrupt(self, by: signal.Signals) -> None:
         self._interrupted_at = time.monotonic()
+        again = "interrupt again" if by == signal.SIGINT else f"{by.name} again"
         print(
-            f"launch: stopping every worker after this step (interrupt again, or {GRACE_S:g} s without a "
-            "step boundary: stop them at once)",
+            f"launch: stopping every worker after this step ({again}, or {GRACE_S:g} s without a step "
+            "boundary: stop them at once)",
             flush=True,
         )
 
-    def _interrupted(self, saved: bool, result: Any = None) -> TrainingInterrupted:
-        line = interrupted_line(self, saved) + ("" if saved else "; every worker was stopped")
-        return TrainingInterrupted.of(self, line, result)
+    def _interrupted(self, by: signal.Signals, saved: bool, result: Any = None) -> TrainingInterrupted:
+        line = interrupted_line(self, saved, by) + ("" if saved else "; every worker was stopped")
+        return TrainingInterrupted.of(self, line, result, by)
 
     def _run_workers(self, port: int) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="workbench-launch-") as result_dir:
