@@ -446,6 +446,7 @@ def test_a_fit_that_stopped_early_fills_the_bar_and_says_which_epochs_weights_th
     assert dashboard.progress.value == dashboard.progress.max == result.step  # done, not 10% done
     best = result.metrics["val"]["accuracy"]
     steps = trainer.steps_per_epoch
-    said = f"stopped early: best val accuracy {best:.4g} at epoch 1 (step {steps}), the model has its weights"
-    assert said in dashboard.status.value
+    said = f"stopped early: best val accuracy {best:.4g} at epoch 0 (step {steps}), the model has its weights"
+    assert said in dashboard.status.value  # the epoch as the console's line, the events and best_epoch say it
+    assert f"step {result.step}/{trainer.total_steps}, epoch 1" in dashboard.status.value  # 2 done: 0 and 1
     assert f"val: loss {result.metrics['val']['loss']:.4f}" in dashboard.status.value  # the best epoch's

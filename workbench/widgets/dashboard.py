@@ -397,7 +397,7 @@ class Dashboard(Callback):
         latest = self._latest
         if latest is not None:
             total = "?" if self._total_steps is None else self._total_steps
-            parts.append(f"step {latest['step']}/{total}, epoch {latest['epoch'] + 1}")
+            parts.append(f"step {latest['step']}/{total}, epoch {latest['epoch']}")  # 0-based, as logged
             parts.append(f"loss {latest['loss']:.4g}, lr {latest['lr']:.3g}")
             elapsed = self._training_seconds()
             done = latest["step"] - self._start_step
@@ -416,7 +416,7 @@ class Dashboard(Callback):
         if early and state != "running":
             how = "stopped early" if early.get("stopped") else "early stopping"
             step = f" (step {early['best_step']})" if early.get("best_step") is not None else ""
-            best = f"best val {early['metric']} {early['best']:.4g} at epoch {early['best_epoch'] + 1}{step}"
+            best = f"best val {early['metric']} {early['best']:.4g} at epoch {early['best_epoch']}{step}"
             parts.append(f"{how}: {best}{', the model has its weights' if early.get('restored') else ''}")
         for split, metrics in self._last_eval.items():
             shown = ", ".join(f"{k} {v:.4f}" for k, v in evaluation_metrics(metrics).items())
