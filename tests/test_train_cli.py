@@ -535,3 +535,26 @@ def test_a_failed_spark_job_is_one_line_with_sparks_reason_and_the_retry():
     )
     assert "\n" not in summary and "--resume" in summary
     assert spark_failure(RuntimeError(said)) is None  # not from Spark: the caller's own error, raised
+
+
+def test_a_warning_reads_as_a_line_of_the_command_not_as_python_source(tmp_path, capsys):
+    """Python showed the CLI's own warnings as `/…/workbench/cli/train_local.py:91: UserWarning: …` and the
+    source line under it; another library's warning keeps its kind and origin."""
+    import warnings
+
+    from workbench.cli import _warning_line
+
+    argv = ["train", "digits-mlp", "--epochs", "2", "--max-steps", "100", "--runs-dir", str(tmp_path)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(argv) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "warning" in line.lower()]
+    assert said == [
+        "workbench train: warning: max_steps=100 sets the fit's length (4.35 epochs of 23 steps) in epochs' "
+        "place, so epochs=2 (46 steps) does not end it; leave one of them out"
+    ], err
+    _warning_line("train")("old", FutureWarning, "/site-packages/torch/x.py", 3)
+    assert capsys.readouterr().err == (
+        "workbench train: warning: old (FutureWarning, /site-packages/torch/x.py:3)\n"
+    )

@@ -29,7 +29,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from workbench.cli import bench, doctor, kernel, runs, train, tutorials
 
@@ -51,10 +54,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return args.run(args)
+        with warnings.catch_warnings():  # restored after: main() also runs inside other programs' processes
+            warnings.showwarning = _warning_line(args.command)
+            return args.run(args)
     except KeyboardInterrupt:  # one line, not a traceback through whatever was running
         print(f"\nworkbench {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
         return 130
+
+
+def _warning_line(command: str) -> Callable[..., None]:
+    """How the command shows a warning: ``workbench train: warning: <message>``, as its errors read, in place
+    of Python's ``path:line: UserWarning: <message>`` and the source line under it; a warning of another
+    library keeps its kind and where it came from."""
+    package = str(Path(__file__).resolve().parent.parent)
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, *rest: Any) -> None:
+        ours = str(Path(filename).resolve()).startswith(package) and category is UserWarning
+        origin = "" if ours else f" ({category.__name__}, {filename}:{lineno})"
+        print(f"workbench {command}: warning: {message}{origin}", file=sys.stderr)
+
+    return show
 
 
 def _parser() -> argparse.ArgumentParser:
