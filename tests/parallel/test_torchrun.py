@@ -81,3 +81,45 @@ def test_data_parallel_without_a_process_group_says_how_to_get_one(regression_sp
     strategy = DataParallel()  # options only: it joins a process group when bound
     with pytest.raises(RuntimeError, match=r"launch\(fn, nprocs=N\), or under torchrun"):
         Trainer(models.linear(10), torch.nn.functional.mse_loss, regression_splits, strategy=strategy)
+
+
+@pytest.mark.parametrize("signalled", ["the agent", "rank 1 alone"])
+def test_sigterm_stops_every_rank_at_the_same_logged_step_saved_and_resumable(tmp_path, signalled):
+    """Slurm's time limit and scancel, and Kubernetes, end a torchrun job with SIGTERM (torchrun passes it to
+    every rank, then SIGKILLs after 30 s); srun and mpirun signal each rank themselves. The ranks died at
+    once, mid-epoch, with no end logged. Now they agree at the next logged step (the signal rides on the
+    loss check's sum over ranks, so one rank's is enough), save there and end; --resume goes on from it."""
+    import signal
+    import time
+
+    import psutil
+
+    from workbench.train import read_metrics
+
+    command = [
+        *TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "workbench", "train", "digits-mlp",
+        "--strategy", "ddp", "--epochs", "500", "--run-name", "t", "--runs-dir", str(tmp_path),
+    ]  # fmt: skip
+    agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, deadline = tmp_path / "t" / "metrics.jsonl", time.monotonic() + 120
+    while not (log.is_file() and log.read_text().count('"event": "step"') >= 2):
+        assert agent.poll() is None and time.monotonic() < deadline, agent.communicate()
+        time.sleep(0.1)
+    if signalled == "the agent":
+        agent.send_signal(signal.SIGTERM)
+    else:
+        ranks = {p.environ().get("RANK"): p for p in psutil.Process(agent.pid).children(recursive=True)}
+        ranks["1"].send_signal(signal.SIGTERM)
+    _, err = agent.communicate(timeout=120)
+    end = read_metrics(tmp_path / "t", kind="fit_end")[-1]
+    assert (end["status"], end["checkpoint"]) == ("stopped", str(tmp_path / "t" / "checkpoint.pt")), err
+    how = "SIGTERM" if signalled == "the agent" else "another rank's signal"
+    said = f"workbench train: stopped at step {end['step']} ({how}); checkpoint {end['checkpoint']}: "
+    assert agent.returncode != 0 and said + "continue with --resume" in err, err
+    steps = [event["step"] for event in read_metrics(tmp_path / "t", kind="step")]
+    assert steps[-1] == end["step"]  # a logged step: both ranks stopped after it (else the save would hang)
+    if signalled == "the agent":  # the same command, --resume: from the step it stopped at, 4 steps more
+        more = ["--max-steps", str(end["step"] + 4), "--resume"]
+        resumed = subprocess.run([*command, *more], capture_output=True, text=True, timeout=240)
+        assert resumed.returncode == 0, resumed.stderr
+        assert read_metrics(tmp_path / "t", kind="fit_start")[-1]["start_step"] == end["step"]

@@ -49,7 +49,7 @@ def train_distributed(args: argparse.Namespace) -> int:
         _share_global_batch(args, strategy.data_world_size)
         failed = True
         try:
-            status = train_here(args, strategy)
+            status = train_here(args, strategy, signalled_ranks=True)
             failed = False
             return status
         except Exception as error:

@@ -4,8 +4,11 @@ loggers, Ctrl-C and a torchrun restart."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +76,35 @@ def _resume_after_restart(resume: bool, run_dir: Any, main: bool) -> bool:
     return False
 
 
-def train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) -> int:
+@contextlib.contextmanager
+def _signals_ask_stop(control: Any, main: bool) -> Iterator[list[signal.Signals]]:
+    """While a rank trains: the first SIGTERM or SIGINT asks every rank to stop (`TrainControl.ask_stop`:
+    they agree at the next logged step, save and end); a second quits at once. Yields the signals received."""
+    asked: list[signal.Signals] = []
+
+    def ask(signum: int, frame: Any) -> None:
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(signal.Signals(signum))
+        control.ask_stop()
+        if main:
+            name = asked[0].name
+            print(f"{name}: stopping every rank at the next logged step and saving ({name} again: quit)")
+
+    previous = {number: signal.signal(number, ask) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield asked
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def train_here(
+    args: argparse.Namespace, strategy: Any, experiment: Any = None, *, signalled_ranks: bool = False
+) -> int:
     """Train the preset (`experiment`, else built from `args`) in this process, alone or as one rank of a
-    distributed job; rank 0 prints."""
+    distributed job; rank 0 prints. `signalled_ranks`: a rank of a launcher that signals every rank itself
+    (torchrun, srun, mpirun): SIGTERM or SIGINT stops the ranks together at the next logged step, saved."""
     import torch
 
     from workbench.tables import text_table
@@ -101,7 +130,15 @@ def train_here(args: argparse.Namespace, strategy: Any, experiment: Any = None) 
     )
     resume = _resume_after_restart(args.resume, trainer.run_dir, main)
     trainer.record.overwrite |= args.resume and not resume  # a restart's own failed try, started over
-    result = trainer.fit(resume=resume)  # Ctrl-C, SIGTERM: it stops after its step and saves (`run` says so)
+    asking = _signals_ask_stop(trainer.control, main) if signalled_ranks else contextlib.nullcontext([])
+    with asking as signals:  # alone: Ctrl-C and SIGTERM stop the fit after its step, saved (`run` says so)
+        result = trainer.fit(resume=resume)
+    if signalled_ranks and result.status == "stopped":  # only a signal stops such a rank's fit
+        then = f"checkpoint {result.checkpoint}: continue with --resume" if result.checkpoint else "not saved"
+        how = signals[0].name if signals else "another rank's signal"
+        if main:
+            print(f"workbench train: stopped at step {result.step} ({how}); {then}", file=sys.stderr)
+        return 128 + (signals[0] if signals else signal.SIGTERM)
     if not main:
         return 0
     rows = [["train", "loss", f"{result.train_loss:.5f}"]]

@@ -84,6 +84,7 @@ class TrainControl:
         self._condition = threading.Condition()
         self._paused = False
         self._stop = False
+        self._asked = False  # a stop asked of this rank alone, which the ranks agree on (`ask_stop`)
         self._pending = Changes()
 
     @property
@@ -113,10 +114,21 @@ class TrainControl:
             self._stop = True
             self._condition.notify_all()
 
+    def ask_stop(self) -> None:
+        """Stop, once the ranks agree: at the next logged step every rank learns that one asked (in the loss
+        check's sum over ranks) and stops after it. For a rank whose launcher signals each rank itself
+        (SIGTERM from torchrun, srun or mpirun), not through rank 0's control. Safe in a signal handler."""
+        self._asked = True
+
+    @property
+    def stop_asked(self) -> bool:
+        """True once `ask_stop` was called."""
+        return self._asked
+
     def reset(self) -> None:
         """Forget stop, pause and pending changes (before starting a new `fit`)."""
         with self._condition:
-            self._paused = self._stop = False
+            self._paused = self._stop = self._asked = False
             self._pending = Changes()
             self._condition.notify_all()
 

@@ -390,9 +390,10 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         return {"checkpoint": self.checkpoint, **self.instruments.summary(), **self._best.summary()}
 
     def _check_finite(self, window: LogWindow, pending: torch.Tensor | None = None, group=()) -> float | None:
-        """The loss sum since the last check, over ranks (`check_finite`); raises if NaN or infinite."""
+        """The loss sum since the last check, over ranks (`check_finite`: raises if NaN or infinite; a rank's
+        `ask_stop` becomes every rank's stop)."""
         at = dict(step=self.step, epoch=self.epoch, checkpoint=self.checkpoint, settings=self.settings)
-        return check_finite(self.strategy, window, pending, group, precision=self.config.precision, **at)
+        return check_finite(self.strategy, window, pending, group, self.config.precision, self.control, **at)
 
     def _start(self, resume: bool | str | os.PathLike) -> None:
         """Where a fit starts: from scratch (seeded), or where the checkpoint `resume` names left off."""

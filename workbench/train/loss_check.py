@@ -19,16 +19,18 @@ class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; training stopped before the optimizer step."""
 
 
-def loss_sum_over_ranks(strategy: Strategy, total: torch.Tensor) -> float:
-    """`total` (this rank's loss sum) averaged over the shards of the data, as a float on every rank.
+def loss_sum_over_ranks(strategy: Strategy, total: torch.Tensor, asked: bool = False) -> tuple[float, bool]:
+    """`total` (this rank's loss sum) averaged over the shards of the data, as a float on every rank, and
+    whether any rank `asked` to stop (`TrainControl.ask_stop`), in the same sum.
 
     Ranks that share a shard with a reporting rank add 0. NaN and inf survive the sum, so every rank sees
     a NaN on any rank and all stop at the same step.
     """
-    if strategy.world_size > 1:
-        total = total.detach().float().clone() if strategy.reports_loss else torch.zeros_like(total).float()
-        total = strategy.all_reduce(total, "sum") / strategy.data_world_size
-    return float(total)
+    if strategy.world_size == 1:
+        return float(total), asked
+    mine = total.detach().float().reshape(1) if strategy.reports_loss else torch.zeros(1, device=total.device)
+    summed = strategy.all_reduce(torch.cat([mine, torch.full_like(mine, float(asked))]), "sum").tolist()
+    return summed[0] / strategy.data_world_size, summed[1] > 0
 
 
 def non_finite_message(
@@ -115,21 +117,26 @@ def check_finite(
     window: LogWindow,
     pending: torch.Tensor | None,
     batches: Iterable[Any] = (),
+    precision: str = "fp32",
+    control: Any = None,
     *,
     step: int,
     epoch: int,
     checkpoint: Path | None,
     settings: Settings,
-    precision: str,
 ) -> float | None:
     """The loss sum of `window`'s steps since the last check, plus `pending` (the running step's), averaged
     over ranks in one sync; None when there is nothing to check. Raises `NonFiniteLossError` when it is NaN
     or infinite, saying where (`step`: steps done before `pending`), what was kept and what to try: the data
-    when `batches` (the running step's) hold NaN or inf."""
+    when `batches` (the running step's) hold NaN or inf. Where a rank's `control` was asked to stop
+    (`ask_stop`), every rank's stops in the same sync."""
     total = window.loss_sum_with(pending)
     if total is None:
         return None
-    value = loss_sum_over_ranks(strategy, total)
+    asked = control is not None and control.stop_asked
+    value, agreed = loss_sum_over_ranks(strategy, total, asked)
+    if agreed and control is not None:
+        control.stop()  # every rank, at this same step: they stop together at the next step boundary
     if not math.isfinite(value):
         first, last = step - window.steps + 1, step + (1 if pending is not None else 0)
         state = dict(epoch=epoch, checkpoint=checkpoint, lr=settings.lr, clip_norm=settings.clip_norm)
