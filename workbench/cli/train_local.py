@@ -8,7 +8,6 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,27 +75,16 @@ def _resume_after_restart(resume: bool, run_dir: Any, main: bool) -> bool:
     return False
 
 
-@contextlib.contextmanager
-def _signals_ask_stop(control: Any, main: bool) -> Iterator[list[signal.Signals]]:
+def _signals_ask_stop(control: Any, main: bool) -> contextlib.AbstractContextManager[list[signal.Signals]]:
     """While a rank trains: the first SIGTERM or SIGINT asks every rank to stop (`TrainControl.ask_stop`:
     they agree at the next logged step, save and end); a second quits at once. Yields the signals received."""
-    asked: list[signal.Signals] = []
+    from workbench.train.interrupts import stop_on_interrupt
 
-    def ask(signum: int, frame: Any) -> None:
-        if asked:
-            raise KeyboardInterrupt
-        asked.append(signal.Signals(signum))
-        control.ask_stop()
+    def say(by: signal.Signals) -> None:
         if main:
-            name = asked[0].name
-            print(f"{name}: stopping every rank at the next logged step and saving ({name} again: quit)")
+            print(f"{by.name}: stopping every rank at the next logged step, saving ({by.name} again: quit)")
 
-    previous = {number: signal.signal(number, ask) for number in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield asked
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    return stop_on_interrupt(control, on_first=say, every_rank=True)
 
 
 def train_here(

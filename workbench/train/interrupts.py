@@ -72,11 +72,12 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @contextlib.contextmanager
 def stop_on_interrupt(
-    control: Any, *, on_first: Callable[[signal.Signals], None] | None = None
+    control: Any, *, on_first: Callable[[signal.Signals], None] | None = None, every_rank: bool = False
 ) -> Iterator[list[signal.Signals]]:
-    """While the block runs in the main thread, the first SIGINT or SIGTERM calls ``control.stop()`` (and
-    ``on_first(signal)``), a second raises KeyboardInterrupt. Yields a list that holds the first signal once
-    one came. Does nothing without a `control` or in another thread, and leaves alone a signal that is
+    """While the block runs in the main thread, the first SIGINT or SIGTERM calls ``control.stop()`` (with
+    `every_rank`, for a rank its launcher signals itself: ``control.ask_stop()``, which the ranks agree on)
+    and ``on_first(signal)``; a second raises KeyboardInterrupt. Yields a list that holds the first signal
+    once one came. Does nothing without a `control` or in another thread, and leaves alone a signal that is
     ignored (SIGINT in a `launch` worker, whose launcher decides; a job started with ``&`` or ``nohup``)."""
     pressed: list[signal.Signals] = []
     if control is None or threading.current_thread() is not threading.main_thread():
@@ -91,7 +92,7 @@ def stop_on_interrupt(
         if pressed:
             raise KeyboardInterrupt
         pressed.append(signal.Signals(signum))
-        control.stop()
+        control.ask_stop() if every_rank else control.stop()
         if on_first is not None:
             on_first(pressed[0])
 
