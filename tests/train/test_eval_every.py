@@ -158,6 +158,25 @@ def test_early_stopping_ends_a_stream_and_gives_back_the_best_evaluations_weight
     assert all(torch.equal(a, b) for a, b in zip(trainer.model.parameters(), kept[4], strict=True))
 
 
+def _cut(first: Trainer, cut: str) -> None:
+    """Fit `first` until `cut`: a stop at step 5 (saved there, after step 4's val), or a crash at step 7 (the
+    last checkpoint: the epoch's end at step 6, saved before its val)."""
+
+    class Cut:
+        def on_step(self, event) -> None:
+            if cut == "stop at step 5" and event["step"] == 5:
+                first.control.stop()
+            if cut == "crash at step 7" and event["step"] == 7:
+                raise RuntimeError("node lost")
+
+    first.add_callback(Cut())
+    if cut == "stop at step 5":
+        assert first.fit().status == "stopped"
+    else:
+        with pytest.raises(RuntimeError, match="node lost"):
+            first.fit()
+
+
 @pytest.mark.parametrize("cut", ["stop at step 5", "crash at step 7"])
 def test_the_patience_counted_in_evaluations_goes_on_across_a_resume(tmp_path, cut):
     """A stop saves within the epoch (after step 4's val); a crash falls back on the epoch's end at step 6,
@@ -175,21 +194,7 @@ def test_the_patience_counted_in_evaluations_goes_on_across_a_resume(tmp_path, c
         return Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, config, run="r", runs_dir=tmp_path,
                        metrics=flat, progress=False)  # fmt: skip
 
-    first = trainer()
-
-    class Cut:
-        def on_step(self, event) -> None:
-            if cut == "stop at step 5" and event["step"] == 5:
-                first.control.stop()
-            if cut == "crash at step 7" and event["step"] == 7:
-                raise RuntimeError("node lost")
-
-    first.add_callback(Cut())
-    if cut == "stop at step 5":
-        assert first.fit().status == "stopped"
-    else:
-        with pytest.raises(RuntimeError, match="node lost"):
-            first.fit()
+    _cut(trainer(), cut)
     resumed = trainer()
     assert resumed.fit(resume=True).step == 8 and resumed._best.step == 2
 
@@ -231,21 +236,7 @@ def test_a_plateau_scheduler_every_eval_goes_on_across_a_resume(tmp_path, cut):
                        metrics=FLAT, scheduler=_halving("eval"), callbacks=[seen],
                        progress=False)  # fmt: skip
 
-    first = trainer()
-
-    class Cut:
-        def on_step(self, event) -> None:
-            if cut == "stop at step 5" and event["step"] == 5:
-                first.control.stop()
-            if cut == "crash at step 7" and event["step"] == 7:
-                raise RuntimeError("node lost")
-
-    first.add_callback(Cut())
-    if cut == "stop at step 5":
-        assert first.fit().status == "stopped"
-    else:
-        with pytest.raises(RuntimeError, match="node lost"):
-            first.fit()
+    _cut(trainer(), cut)
     seen.steps.clear()
     assert trainer().fit(resume=True).step == 18
     resumed_from = seen.steps[0]["step"] - 1
