@@ -436,7 +436,10 @@ def test_a_killed_command_resumes_from_its_last_checkpoint_and_reads_as_one_run(
     with (run / "metrics.jsonl").open("a") as log:  # what a kill mid-write leaves, when it does
         log.write('{"event": "step", "step": 11, "lo')
     listed = subprocess.run(_workbench("runs"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert "killed" in listed.stdout.splitlines()[-1], listed.stdout
+    row, footer = listed.stdout.splitlines()[-3], listed.stdout.splitlines()[-1]
+    assert "killed" in row and footer.startswith("k: ended before the fit did, and saved: the command"), (
+        footer
+    )
 
     done = subprocess.run([*command, "--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
@@ -450,6 +453,7 @@ def test_a_killed_command_resumes_from_its_last_checkpoint_and_reads_as_one_run(
     assert steps == sorted(set(steps)) and steps[-1] == 460  # each step once, in order
     listed = subprocess.run(_workbench("runs"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert "finished" in listed.stdout.splitlines()[-1] and "killed" not in listed.stdout, listed.stdout
+    assert "--resume" not in listed.stdout  # finished: nothing to go on with
 
 
 def test_compile_without_a_compiler_is_one_line_from_the_command(tmp_path):

@@ -39,6 +39,13 @@ def _runs(args: argparse.Namespace) -> int:
         print(f"workbench runs: skipped {line}", file=sys.stderr)
     if args.diff is None:
         print(text_table(RUN_COLUMNS, [run.row() for run in runs]) if runs else f"no runs in {args.runs_dir}")
+        saved = [run for run in runs if (run.path / "checkpoint.pt").is_file()]
+        cut_short = [run.name for run in saved if run.status in ("killed", "stopped", "failed")]
+        if cut_short:  # what a person wants to know after a kill or a time limit: how to go on
+            print(
+                f"\n{', '.join(cut_short)}: ended before the fit did, and saved: the command that trained it "
+                "with --resume (Trainer.fit(resume=True) in Python) goes on from its checkpoint"
+            )
         return 0
     by_name = {run.name: run for run in runs}
     missing = [name for name in args.diff if name not in by_name]
