@@ -23,6 +23,7 @@ def add(commands: argparse._SubParsersAction) -> None:
 def _runs(args: argparse.Namespace) -> int:
     from workbench.tables import text_table
     from workbench.train.metrics_log import METRICS_FILE
+    from workbench.train.run_files import CHECKPOINT_FILE
     from workbench.train.runs import RUN_COLUMNS, config_diff, list_runs
 
     skipped: list[str] = []
@@ -39,7 +40,7 @@ def _runs(args: argparse.Namespace) -> int:
         print(f"workbench runs: skipped {line}", file=sys.stderr)
     if args.diff is None:
         print(text_table(RUN_COLUMNS, [run.row() for run in runs]) if runs else f"no runs in {args.runs_dir}")
-        saved = [run for run in runs if (run.path / "checkpoint.pt").is_file()]
+        saved = [run for run in runs if (run.path / CHECKPOINT_FILE).is_file()]
         cut_short = [run.name for run in saved if run.status in ("killed", "stopped", "failed")]
         if cut_short:  # what a person wants to know after a kill or a time limit: how to go on
             print(

@@ -130,6 +130,10 @@ def after_interrupt(job: Any, pressed: list[signal.Signals], result: Any) -> Any
     raise TrainingInterrupted.of(job, interrupted_line(job, True, pressed[0]), result, pressed[0])
 
 
+def again(by: signal.Signals) -> str:
+    """What quits at once after `by` asked for a stop: "interrupt again", "SIGTERM again"."""
+    return "interrupt again" if by == signal.SIGINT else f"{by.name} again"
+
+
 def _say_stopping(by: signal.Signals) -> None:
-    again = "interrupt again" if by == signal.SIGINT else f"{by.name} again"
-    print(f"stopping after this step and saving ({again}: quit without saving)", flush=True)
+    print(f"stopping after this step and saving ({again(by)}: quit without saving)", flush=True)

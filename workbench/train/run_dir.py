@@ -43,10 +43,9 @@ import torch
 from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import TrainConfig
 from workbench.train.metrics_log import METRICS_FILE
-from workbench.train.run_files import CONFIG_FILE, open_run_file
+from workbench.train.run_files import CHECKPOINT_FILE, CONFIG_FILE, open_run_file
 from workbench.train.strategy import Strategy
 
-CHECKPOINT_FILE = "checkpoint.pt"
 # Changing these between a checkpoint and its resume would change the data order or the step count
 # (batch_size as the global batch: per rank × shards of the data, so the number of ranks may change).
 RESUME_MUST_MATCH = ("batch_size", "accumulate", "seed", "epochs")

@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 CONFIG_FILE = "config.json"  # the run's settings, rewritten when a control changes one
+CHECKPOINT_FILE = "checkpoint.pt"  # the last checkpoint (`workbench runs` looks for it without torch)
 
 
 def open_run_file(path: Path, flags: int, mode: int = 0o644) -> int:

@@ -53,7 +53,7 @@ from workbench.train.arguments import check_callbacks
 from workbench.train.config import TrainConfig
 from workbench.train.control import TrainControl
 from workbench.train.events import Callback, CallbackList
-from workbench.train.interrupts import TrainingInterrupted, interrupted_line, stop_on_interrupt
+from workbench.train.interrupts import TrainingInterrupted, again, interrupted_line, stop_on_interrupt
 from workbench.train.job_runner import GRACE_S
 from workbench.train.progress import ConsoleProgress
 
@@ -286,9 +286,8 @@ class Launch:
 
     def _note_interrupt(self, by: signal.Signals) -> None:
         self._interrupted_at = time.monotonic()
-        again = "interrupt again" if by == signal.SIGINT else f"{by.name} again"
         print(
-            f"launch: stopping every worker after this step ({again}, or {GRACE_S:g} s without a step "
+            f"launch: stopping every worker after this step ({again(by)}, or {GRACE_S:g} s without a step "
             "boundary: stop them at once)",
             flush=True,
         )
