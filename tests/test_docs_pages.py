@@ -66,6 +66,7 @@ BLOCKS = {
             MULTI_HOST,
             "mpirun: tests/parallel/test_mpirun.py, on two hosts test_multi_node.py; srun: test_slurm.py",
             "tests/parallel/test_slurm.py (this sbatch script, submitted to a one-node Slurm)",
+            "tests/parallel/test_slurm.py::test_a_job_past_its_time_limit_stops_saved_requeues_itself_and_resumes",
             "two nodes with 4 GPUs each: the commands inside are those of the blocks above",
         ],
         "yaml": ["not run: needs a Kubernetes cluster; its torchrun command is the multi-node one above"],

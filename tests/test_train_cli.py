@@ -78,17 +78,27 @@ def test_a_second_fresh_run_under_the_same_name_is_refused_unless_overwrite(tmp_
     assert main([*args, "--overwrite"]) == 0
 
 
-def test_an_elastic_restart_before_the_first_checkpoint_starts_over(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    ("restart_count", "said"),
+    [("TORCHELASTIC_RESTART_COUNT", "torchrun job"), ("SLURM_RESTART_COUNT", "Slurm job (requeued)")],
+)
+def test_a_restart_before_the_first_checkpoint_starts_over(
+    tmp_path, capsys, monkeypatch, restart_count, said
+):
+    """torchrun restarting its workers, or Slurm a requeued job (preempted, a node lost), runs the same
+    command with --resume again: where the first try saved nothing, it starts over instead of failing."""
     args = ["train", "regression-linear", "--epochs", "1", "--run", "r", "--runs-dir", str(tmp_path)]
     args.append("--resume")
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "metrics.jsonl").write_text('{"event": "fit_start", "start_step": 0}\n')  # died unsaved
     assert main(args) == 2  # typed by hand, --resume on a run that never saved is refused: its log is kept
     assert "nothing to resume" in capsys.readouterr().err
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # what torchrun sets when it restarts the workers
+    monkeypatch.setenv(
+        restart_count, "1"
+    )  # what torchrun sets when it restarts the workers, Slurm on requeue
     assert main(args) == 0
     err = capsys.readouterr().err
-    assert "restart 1 of this torchrun job, and no checkpoint was saved before it: training starts" in err
+    assert f"restart 1 of this {said}, and no checkpoint was saved before it: training starts" in err
     assert [e["start_step"] for e in read_metrics(tmp_path / "r", kind="fit_start")] == [0]
 
 

@@ -58,18 +58,26 @@ def loggers(tools: list[str], runs_dir: Path) -> list[Any]:
     return [made[tool]() for tool in dict.fromkeys(tools)]
 
 
+_RESTART_COUNTS = {
+    "TORCHELASTIC_RESTART_COUNT": "torchrun job",
+    "SLURM_RESTART_COUNT": "Slurm job (requeued)",
+}
+
+
 def _resume_after_restart(resume: bool, run_dir: Any, main: bool) -> bool:
-    """`--resume`, except after torchrun restarted the workers before the run's first checkpoint: then the
-    metrics log is this job's own failed try, and training starts over (False: the caller overwrites it)."""
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    if not (resume and restart.isdigit() and int(restart) > 0 and run_dir is not None):
+    """`--resume`, except after torchrun restarted the workers, or Slurm the requeued job, before the run's
+    first checkpoint: then the metrics log is this job's own failed try, and training starts over (False:
+    the caller overwrites it)."""
+    restarts = {name: os.environ.get(name, "0") for name in _RESTART_COUNTS}
+    restarted = [name for name, count in restarts.items() if count.isdigit() and int(count) > 0]
+    if not (resume and restarted and run_dir is not None):
         return resume
     if run_dir.latest_checkpoint() is not None:
         return True
     if main:
         print(
-            f"workbench train: restart {restart} of this torchrun job, and no checkpoint was saved "
-            "before it: training starts over",
+            f"workbench train: restart {restarts[restarted[0]]} of this {_RESTART_COUNTS[restarted[0]]}, and "
+            "no checkpoint was saved before it: training starts over",
             file=sys.stderr,
         )
     return False

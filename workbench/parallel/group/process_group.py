@@ -110,6 +110,20 @@ def place(requested: str | None, gpus: int, ranks_here: list[int], rank: int) ->
     return Placement("nccl", local_rank, processes)
 
 
+def threads_per_rank(torch_threads: int, cpus: int, ranks_here: int) -> int:
+    """Torch threads for one of `ranks_here` processes sharing a machine's `cpus`, where neither
+    OMP_NUM_THREADS nor the user chose: torch's own count (the cores this process may run on, fewer where
+    the launcher binds each process to its cores), at most an equal share of the machine. srun without CPU
+    binding, or mpirun binding to a socket, leaves every rank all the cores: on 2 cores, 2 ranks of 2
+    threads trained 4x slower than 2 of 1.
+
+    Example (2 ranks, unbound, on 2 cores; then bound to one core each; then 4 ranks of 16 on 64):
+        >>> threads_per_rank(2, cpus=2, ranks_here=2), threads_per_rank(1, 2, 2), threads_per_rank(64, 64, 4)
+        (1, 1, 16)
+    """
+    return max(1, min(torch_threads, cpus // max(ranks_here, 1)))
+
+
 def ranks_on_this_machine(store: dist.Store, rank: int, world_size: int) -> list[int]:
     """The ranks of the job that run on this machine, in order (every rank calls it: it waits for all)."""
     hosts = dist.PrefixStore("workbench/machine/", store)
