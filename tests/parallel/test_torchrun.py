@@ -123,3 +123,69 @@ def test_sigterm_stops_every_rank_at_the_same_logged_step_saved_and_resumable(tm
         resumed = subprocess.run([*command, *more], capture_output=True, text=True, timeout=240)
         assert resumed.returncode == 0, resumed.stderr
         assert read_metrics(tmp_path / "t", kind="fit_start")[-1]["start_step"] == end["step"]
+
+
+YOUR_SCRIPT = """
+import sys
+from workbench.parallel import DataParallel
+from workbench.presets import build_experiment
+from workbench.train import Trainer
+
+strategy = DataParallel.from_env()
+more = {"max_steps": int(sys.argv[2])} if len(sys.argv) > 2 else {}  # a resume: a few steps more
+experiment = build_experiment("digits-mlp", epochs=500, **more)
+trainer = Trainer(experiment.model, experiment.loss_fn, experiment.splits, experiment.config,
+                  strategy=strategy, run="yours", runs_dir=sys.argv[1])
+try:
+    result = trainer.fit(resume=True)
+finally:
+    strategy.close()
+print(f"rank {strategy.rank}: {result.status} at step {result.step}")
+"""
+
+
+@pytest.mark.parametrize("signalled", ["the agent", "rank 1 alone"])
+def test_your_script_under_torchrun_stops_every_rank_on_sigterm_saved_and_exits_143(tmp_path, signalled):
+    """A script of yours with `DataParallel.from_env()` under torchrun (or srun, mpirun) at a time limit:
+    every rank died at once with the last epoch's checkpoint. Now the ranks agree at the next logged step,
+    save, rank 0 says so in one line and each script ends with 143, as `workbench train` does; the same
+    command goes on from that step."""
+    import re
+    import signal
+    import time
+
+    import psutil
+
+    from workbench.train import read_metrics
+
+    (tmp_path / "yours.py").write_text(YOUR_SCRIPT)
+    command = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", str(tmp_path / "yours.py"), str(tmp_path)]
+    agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, deadline = tmp_path / "yours" / "metrics.jsonl", time.monotonic() + 120
+    while not (log.is_file() and log.read_text().count('"event": "step"') >= 2):
+        assert agent.poll() is None and time.monotonic() < deadline, agent.communicate()
+        time.sleep(0.1)
+    if signalled == "the agent":  # as Slurm and Kubernetes do: torchrun passes it to every rank
+        agent.send_signal(signal.SIGTERM)
+    else:
+        ranks = {p.environ().get("RANK"): p for p in psutil.Process(agent.pid).children(recursive=True)}
+        ranks["1"].send_signal(signal.SIGTERM)
+    out, err = agent.communicate(timeout=120)
+    end = read_metrics(tmp_path / "yours", kind="fit_end")[-1]
+    checkpoint = str(tmp_path / "yours" / "checkpoint.pt")
+    assert (end["status"], end["checkpoint"]) == ("stopped", checkpoint), err
+    assert read_metrics(tmp_path / "yours", kind="step")[-1]["step"] == end["step"]  # a logged step
+    how = "SIGTERM" if signalled == "the agent" else "another rank's signal"
+    said = f"workbench: stopped training (2 processes) at step {end['step']} of 6000 after {how}; "
+    assert err.count(said + f"checkpoint {checkpoint}") == 1, err  # rank 0's line
+    assert f'{tmp_path / "yours.py"}", line' not in err, err  # no rank's traceback (torchrun has its own)
+    assert "rank 0:" not in out and "rank 1:" not in out  # each script ended at fit, not after it
+    if (
+        signalled == "rank 1 alone"
+    ):  # torchrun, not signalled, names the first rank to end (it ends the other)
+        assert re.search(r"Root Cause[^=]*exitcode\s*: 143 ", err), err
+        return
+    resumed = subprocess.run([*command, str(end["step"] + 4)], capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_metrics(tmp_path / "yours", kind="fit_start")[-1]["start_step"] == end["step"]
+    assert f"rank 0: finished at step {end['step'] + 4}" in resumed.stdout

@@ -34,6 +34,7 @@ _HOMES = {
     "OptimizerConfig": "workbench.train.config",
     "PRECISIONS": "workbench.train.choices",
     "Precision": "workbench.train.precision",
+    "RanksStopped": "workbench.train.interrupts",
     "RunDir": "workbench.train.run_dir",
     "SCHEDULES": "workbench.train.choices",
     "SingleDevice": "workbench.train.strategy",

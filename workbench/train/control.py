@@ -85,6 +85,7 @@ class TrainControl:
         self._paused = False
         self._stop = False
         self._asked = False  # a stop asked of this rank alone, which the ranks agree on (`ask_stop`)
+        self._agreed = False  # the ranks agreed on one rank's asked stop (`stop_as_agreed`)
         self._pending = Changes()
 
     @property
@@ -125,10 +126,20 @@ class TrainControl:
         """True once `ask_stop` was called."""
         return self._asked
 
+    def stop_as_agreed(self) -> None:
+        """`stop`, on every rank at one step, because a rank asked (`ask_stop`); `stop_agreed` says so."""
+        self._agreed = True
+        self.stop()
+
+    @property
+    def stop_agreed(self) -> bool:
+        """True once `stop_as_agreed` was called: the stop was a rank's ask, not a call of `stop`."""
+        return self._agreed
+
     def reset(self) -> None:
         """Forget stop, pause and pending changes (before starting a new `fit`)."""
         with self._condition:
-            self._paused = self._stop = self._asked = False
+            self._paused = self._stop = self._asked = self._agreed = False
             self._pending = Changes()
             self._condition.notify_all()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from os import PathLike
@@ -45,7 +46,24 @@ class TrainingInterrupted(OneLine, KeyboardInterrupt):
         return cls(line, job.step, job.checkpoint, result, by)
 
 
-def interrupted_line(job: Any, saved: bool, by: signal.Signals = signal.SIGINT) -> str:
+class RanksStopped(OneLine, SystemExit):
+    """Every rank of a launched job (torchrun, srun, mpirun; `from_env`) stopped at one step after a signal,
+    saved: each rank's script ends with exit status 128 + the signal (143 for SIGTERM), as a process that
+    signal ended and as `workbench train` does, so a batch script can tell a stop it may requeue from a
+    failure. Rank 0 has printed ``str(error)``. ``step``, ``checkpoint``, ``result`` and ``signal`` (None
+    on a rank that another rank's signal stopped) as in `TrainingInterrupted`."""
+
+    def __init__(self, message: str, job: Any, result: Any, by: signal.Signals | None) -> None:
+        super().__init__(128 + (by or signal.SIGTERM))
+        self.message, self.step, self.checkpoint, self.result, self.signal = (
+            message, job.step, job.checkpoint, result, by
+        )  # fmt: skip
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def interrupted_line(job: Any, saved: bool, by: signal.Signals | None = signal.SIGINT) -> str:
     """What an interrupt (`by`) did to `job` (a `Job`: a `Trainer`, or a `Launch`'s worker processes), e.g.
     "stopped training (1 process on cpu) at step 120 of 460 after an interrupt; checkpoint
     runs/x/checkpoint.pt (fit(resume=True) continues from it)"."""
@@ -54,7 +72,7 @@ def interrupted_line(job: Any, saved: bool, by: signal.Signals = signal.SIGINT) 
     step, total, checkpoint = job.step, job.total_steps, job.checkpoint
     of = f" of {total}" if total else ""
     if saved:
-        after = "an interrupt" if by == signal.SIGINT else by.name
+        after = "another rank's signal" if by is None else "an interrupt" if by == signal.SIGINT else by.name
         how = f"stopped training ({what}) at step {step}{of} after {after}"
     else:
         how = (
@@ -108,10 +126,13 @@ def stop_on_interrupt(
 @contextlib.contextmanager
 def one_line_interrupts(job: Any) -> Iterator[list[signal.Signals]]:
     """Around a `Trainer`'s fit: `stop_on_interrupt` on its control, and a second interrupt's
-    KeyboardInterrupt turned into `TrainingInterrupted` (quit, not saved). Not for one rank of several:
-    ranks stop together only through their launcher."""
-    alone = isinstance(job.strategy, SingleDevice)
-    with stop_on_interrupt(job.control if alone else None, on_first=_say_stopping) as pressed:
+    KeyboardInterrupt turned into `TrainingInterrupted` (quit, not saved). One rank of several: only where
+    its launcher signals every rank itself (`signalled_by_launcher`), and then the ranks agree on the stop;
+    a `launch` worker's launcher stops the ranks through rank 0."""
+    alone, together = isinstance(job.strategy, SingleDevice), _together(job.strategy)
+    say = _say_stopping if alone else _say_stopping_ranks if job.strategy.is_main else None
+    control = job.control if alone or together else None
+    with stop_on_interrupt(control, on_first=say, every_rank=together) as pressed:
         try:
             yield pressed
         except KeyboardInterrupt:
@@ -124,8 +145,17 @@ def one_line_interrupts(job: Any) -> Iterator[list[signal.Signals]]:
 
 def after_interrupt(job: Any, pressed: list[signal.Signals], result: Any) -> Any:
     """`result`, or `TrainingInterrupted` raised when an interrupt stopped the fit (it saved): the cell or
-    script ends there, in one line."""
-    if not pressed or result.status != "stopped":
+    script ends there, in one line. Ranks stopped together by a signal (`stop_on_interrupt`'s `every_rank`)
+    raise `RanksStopped` on every rank, rank 0 printing the line."""
+    if result.status != "stopped":
+        return result
+    if _together(job.strategy) and (pressed or job.control.stop_agreed):
+        by = pressed[0] if pressed else None
+        line = interrupted_line(job, True, by)
+        if job.strategy.is_main:
+            print(f"workbench: {line}", file=sys.stderr, flush=True)
+        raise RanksStopped(line, job, result, by)
+    if not pressed:
         return result
     raise TrainingInterrupted.of(job, interrupted_line(job, True, pressed[0]), result, pressed[0])
 
@@ -135,5 +165,15 @@ def again(by: signal.Signals) -> str:
     return "interrupt again" if by == signal.SIGINT else f"{by.name} again"
 
 
+def _together(strategy: Any) -> bool:
+    """One rank of several, whose launcher signals every rank itself (a strategy of your own may lack the
+    attribute: no)."""
+    return not isinstance(strategy, SingleDevice) and getattr(strategy, "signalled_by_launcher", False)
+
+
 def _say_stopping(by: signal.Signals) -> None:
     print(f"stopping after this step and saving ({again(by)}: quit without saving)", flush=True)
+
+
+def _say_stopping_ranks(by: signal.Signals) -> None:
+    print(f"{by.name}: stopping every rank at the next logged step, saving ({again(by)}: quit)", flush=True)

@@ -232,8 +232,8 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
                 settings apply and are reported; on CPU a resume continues bit-identically.
 
         Raises:
-            TrainingInterrupted: the stop button or Ctrl-C (SIGINT), or SIGTERM, stopped the fit after its
-                step and it saved.
+            TrainingInterrupted: the stop button, Ctrl-C or SIGTERM stopped the fit after its step, saved;
+                `RanksStopped` on ranks from `from_env()`: a signal stopped every rank at one step, saved.
             NonFiniteLossError: the loss became NaN/inf; the last good checkpoint stays as it was.
             RunInUseError: another live process is fitting this run name (it is named).
             ValueError: the checkpoint does not fit (config, optimizer kind, model) or is not readable.

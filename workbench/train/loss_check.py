@@ -136,7 +136,7 @@ def check_finite(
     asked = control is not None and control.stop_asked
     value, agreed = loss_sum_over_ranks(strategy, total, asked)
     if agreed and control is not None:
-        control.stop()  # every rank, at this same step: they stop together at the next step boundary
+        control.stop_as_agreed()  # every rank, at this same step: they stop together at the next boundary
     if not math.isfinite(value):
         first, last = step - window.steps + 1, step + (1 if pending is not None else 0)
         state = dict(epoch=epoch, checkpoint=checkpoint, lr=settings.lr, clip_norm=settings.clip_norm)

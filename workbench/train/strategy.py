@@ -43,6 +43,9 @@ class Strategy(Protocol):
     rank: int
     world_size: int
     device: torch.device
+    # a rank whose launcher (torchrun, srun, mpirun) signals every rank itself: the first SIGTERM or SIGINT
+    # stops the ranks together at the next logged step, saved (`from_env` sets it)
+    signalled_by_launcher: bool
 
     @property
     def is_main(self) -> bool: ...
@@ -114,6 +117,7 @@ class StrategyBase:
     rank = 0
     world_size = 1
     device: torch.device
+    signalled_by_launcher = False
 
     @property
     def is_main(self) -> bool:

@@ -53,15 +53,20 @@ class DistributedStrategy(StrategyBase):
             timeout_s: how long collectives (and the rendezvous) wait for the other ranks.
             **options: the strategy's own options (e.g. ``schedule="1f1b"`` for `PipelineParallel`).
 
+        Such a launcher signals every rank itself: in `Trainer.fit`, the first SIGTERM (a time limit) or
+        Ctrl-C stops every rank at the next logged step, saved, and ends each rank's script with exit status
+        128 + the signal (`workbench.train.RanksStopped`, a SystemExit).
+
         Example (in a script started with ``torchrun --nproc-per-node 2 script.py``)::
 
             strategy = DataParallel.from_env()
-            Trainer(model, loss_fn, splits, config, strategy=strategy).fit()
+            Trainer(model, loss_fn, splits, config, strategy=strategy, run="mine").fit(resume=True)
             strategy.close()
         """
         join_process_group_from_env(backend, timeout_s, who=f"{cls.__name__}.from_env")
         strategy = cls(**options)
         strategy.bind()
+        strategy.signalled_by_launcher = True  # its launcher signals every rank: they stop together
         return strategy
 
     def bind(self) -> None:
