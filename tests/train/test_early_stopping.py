@@ -295,3 +295,29 @@ def test_a_launch_given_a_lightning_callback_refuses_it_before_any_process_start
 
     with pytest.raises(TypeError, match=r"^callbacks\[0\] is Lightning's LearningRateMonitor, whose hooks "):
         Launch(_sharded_fit, 2, callbacks=(c for c in [LearningRateMonitor()]))
+
+
+def test_a_val_a_crash_cut_short_is_evaluated_again_when_the_fit_resumes_and_judged(tmp_path):
+    """A crash during the val after an epoch's checkpoint (the OOM killer, a lost node) left that val without
+    a value. The resume counted it as an evaluation that did not improve: with patience=1 the resumed fit
+    stopped at once and kept epoch 0, whatever epoch 1's val would have said. Now that val is evaluated
+    again on resume and judged (as a plateau scheduler's is)."""
+
+    class CrashWhenOut(Scripted):
+        def compute(self, totals: torch.Tensor) -> float:
+            if not self.values:
+                raise RuntimeError("node lost")
+            return super().compute(totals)
+
+    def fit(scores: list[float], resume: bool):
+        config = TrainConfig(epochs=4, batch_size=32, early_stopping=EarlyStopping("score", patience=1))
+        trainer = Trainer(
+            nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2)), F.cross_entropy, (DATA, DATA), config,
+            metrics={"score": CrashWhenOut(scores)}, run="r", runs_dir=tmp_path, progress=False,
+        )  # fmt: skip
+        return trainer.fit(resume=resume)
+
+    with pytest.raises(RuntimeError, match="node lost"):
+        fit([0.5], resume=False)  # epoch 0's val: 0.5; epoch 1's, after its checkpoint, crashes
+    result = fit([0.9, 0.8], resume=True)  # epoch 1's val again: 0.9, the best; epoch 2's: 0.8
+    assert (result.epoch, result.best_epoch) == (3, 1)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -91,9 +91,16 @@ class BestEpoch:
                 stacklevel=4,  # the Trainer's caller
             )
 
-    def start(self, resumed: ResumedState | None) -> None:
+    def start(
+        self,
+        resumed: ResumedState | None,
+        evaluate_val: Callable[[], dict[str, float]] = dict,
+        model: torch.nn.Module | None = None,
+    ) -> None:
         """A fit starts: fresh (a stale ``best.pt`` goes), or `resumed` (the best evaluation before it comes
-        back from ``best.pt``, and how many evaluations since have not beaten it)."""
+        back from ``best.pt``, and how many evaluations since have not beaten it). Where the val evaluation
+        that followed the checkpoint was not judged (a crash cut it short, or came before the next save),
+        `evaluate_val` gives it again and it is judged on `model`, as it would have been."""
         self.value = self.epoch = self.step = self._weights = None
         self.metrics, self.stopped, self.restored, self.waited, self.judged = {}, False, False, 0, 0
         path = self.path
@@ -103,7 +110,21 @@ class BestEpoch:
             if self.strategy.is_main:
                 path.unlink(missing_ok=True)
             return
-        if self.rule is None or not path.is_file():
+        if self.rule is None:
+            return
+        self._restore(path, resumed)
+        where, saved = resumed.where, resumed.early_stopping
+        unjudged = saved is not None and where.step > saved["judged"] and self.step != where.step
+        if resumed.val_follows and unjudged and model is not None:
+            epoch = where.epoch - 1 if where.position == 0 else where.epoch  # that val's epoch
+            self.after_eval(where.step, epoch, evaluate_val(), model)
+
+    def _restore(self, path: Any, resumed: ResumedState) -> None:
+        """The best evaluation before `resumed`'s checkpoint (from ``best.pt``), and the patience spent."""
+        assert self.rule is not None
+        if resumed.early_stopping is not None:
+            self.judged = int(resumed.early_stopping["judged"])
+        if not path.is_file():
             return
         kept, where = load_checkpoint(path), resumed.where
         step = kept.get("step")  # None in a best.pt from before evaluations were told apart by step
@@ -122,8 +143,7 @@ class BestEpoch:
             return 0  # the best was the val evaluated right after the checkpoint (an epoch's end saves first)
         if saved is None:  # a checkpoint from before early stopping's state was kept: one evaluation an epoch
             return where.epoch - 1 - self.epoch
-        pending = resumed.val_follows and where.step > saved["judged"]  # that val came after the save
-        return int(saved["waited"]) + pending
+        return int(saved["waited"])
 
     def after_eval(self, step: int, epoch: int, metrics: dict[str, float], model: torch.nn.Module) -> None:
         """Val's `metrics` after optimizer step `step` in epoch `epoch` (every rank calls it with the same

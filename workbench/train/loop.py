@@ -17,6 +17,7 @@ The loop publishes plain-dict events to callbacks (`workbench.train.events`) and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Iterable
@@ -403,12 +404,12 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
             self.step = self.epoch = self._position = 0
             # ranks on different data draw different dropout masks; ranks sharing data draw the same ones
             torch.manual_seed(self.config.seed + self.strategy.data_rank)
-        else:
-            where = resumed.where
-            self.step, self.epoch, self._position = where.step, where.epoch, where.position
-            self.settings = Settings(where.lr, where.clip_norm, where.clip_value)
-        self._lrs.begin(self.optimizer, resumed, self.settings.lr, lambda: self.evaluate("val"))
-        self._best.start(resumed)
+        else:  # a LoopPosition: step, epoch, position, then the settings (as `_save` writes it)
+            self.step, self.epoch, self._position, *settings = dataclasses.astuple(resumed.where)
+            self.settings = Settings(*settings)
+        val_again = functools.cache(lambda: self.evaluate("val"))  # the val after the checkpoint, once
+        self._lrs.begin(self.optimizer, resumed, self.settings.lr, val_again)
+        self._best.start(resumed, val_again, self.model)
         self.instruments.start(self.step)
         self.record.write_config(self.settings)
 
