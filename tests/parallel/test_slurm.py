@@ -125,15 +125,7 @@ def test_srun_with_two_tasks_trains_to_the_parameters_of_one_process(slurm, tmp_
 
 
 def test_the_readme_sbatch_script_runs_as_written(slurm, tmp_path):
-    page = SCALING_OUT.read_text()
-    script = re.search(r"```bash\n(#!/bin/bash\n#SBATCH --ntasks=2\n.*?)```", page, re.DOTALL)
-    assert script, "docs/scaling-out.md's one-rank-per-task sbatch script"
-    (tmp_path / "job.sh").write_text(script.group(1))
-    submitted = subprocess.run(
-        ["sbatch", "--output", "job.out", "job.sh"], cwd=tmp_path, env=slurm, capture_output=True, text=True
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    job = re.search(r"Submitted batch job (\d+)", submitted.stdout).group(1)
+    job = _submit_page_script(r"#SBATCH --ntasks=2\n.*?", "one-rank-per-task", tmp_path, slurm)
     state = _wait_for_job(job, slurm)  # (sbatch --wait polls at growing intervals: ~40 s for this job)
     output = (tmp_path / "job.out").read_text() if (tmp_path / "job.out").exists() else ""
     assert state == ("COMPLETED", "0:0"), output
@@ -141,6 +133,19 @@ def test_the_readme_sbatch_script_runs_as_written(slurm, tmp_path):
     assert {e["world_size"] for e in read_metrics(run, kind="fit_start")} == {2}
     assert read_metrics(run, kind="fit_end")[-1]["status"] == "finished"
     assert "finished:" in output and "Traceback" not in output
+
+
+def _submit_page_script(pattern: str, which: str, folder: Path, env: dict[str, str]) -> str:
+    """Submit docs/scaling-out.md's sbatch script whose lines after ``#!/bin/bash`` match `pattern`, as
+    written, from `folder` (output in job.out); its job id."""
+    found = re.search(f"```bash\n(#!/bin/bash\n{pattern})```", SCALING_OUT.read_text(), re.DOTALL)
+    assert found, f"docs/scaling-out.md's {which} sbatch script"
+    (folder / "job.sh").write_text(found.group(1))
+    submitted = subprocess.run(
+        ["sbatch", "--output", "job.out", "job.sh"], cwd=folder, env=env, capture_output=True, text=True
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    return re.search(r"Submitted batch job (\d+)", submitted.stdout).group(1)
 
 
 def _wait_for_job(job: str, env: dict[str, str], timeout_s: float = 300) -> tuple[str, str]:
@@ -161,17 +166,7 @@ def test_a_job_past_its_time_limit_stops_saved_requeues_itself_and_resumes(slurm
     """docs/scaling-out.md's time-limit script, as written: the signal Slurm sends before the limit
     (`--signal=TERM@120`; `scancel --signal=TERM` sends the same to the ranks now) stops both ranks at one
     step, saved; the script requeues the job, and its second start goes on from that step to the end."""
-    page = SCALING_OUT.read_text()
-    script = re.search(
-        r"```bash\n(#!/bin/bash\n(?:#SBATCH [^\n]*\n)*#SBATCH --signal=.*?)```", page, re.DOTALL
-    )
-    assert script, "docs/scaling-out.md's time-limit sbatch script"
-    (tmp_path / "job.sh").write_text(script.group(1))
-    submitted = subprocess.run(
-        ["sbatch", "--output", "job.out", "job.sh"], cwd=tmp_path, env=slurm, capture_output=True, text=True
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    job = re.search(r"Submitted batch job (\d+)", submitted.stdout).group(1)
+    job = _submit_page_script(r"(?:#SBATCH [^\n]*\n)*#SBATCH --signal=.*?", "time-limit", tmp_path, slurm)
     run = tmp_path / "runs" / f"digits-{job}"
     deadline = time.monotonic() + 120
     while not (run / "metrics.jsonl").exists() or len(read_metrics(run, kind="step")) < 5:

@@ -89,10 +89,6 @@ def test_sigterm_stops_every_rank_at_the_same_logged_step_saved_and_resumable(tm
     every rank, then SIGKILLs after 30 s); srun and mpirun signal each rank themselves. The ranks died at
     once, mid-epoch, with no end logged. Now they agree at the next logged step (the signal rides on the
     loss check's sum over ranks, so one rank's is enough), save there and end; --resume goes on from it."""
-    import signal
-    import time
-
-    import psutil
 
     from workbench.train import read_metrics
 
@@ -100,22 +96,12 @@ def test_sigterm_stops_every_rank_at_the_same_logged_step_saved_and_resumable(tm
         *TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "workbench", "train", "digits-mlp",
         "--strategy", "ddp", "--epochs", "500", "--run-name", "t", "--runs-dir", str(tmp_path),
     ]  # fmt: skip
-    agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log, deadline = tmp_path / "t" / "metrics.jsonl", time.monotonic() + 120
-    while not (log.is_file() and log.read_text().count('"event": "step"') >= 2):
-        assert agent.poll() is None and time.monotonic() < deadline, agent.communicate()
-        time.sleep(0.1)
-    if signalled == "the agent":
-        agent.send_signal(signal.SIGTERM)
-    else:
-        ranks = {p.environ().get("RANK"): p for p in psutil.Process(agent.pid).children(recursive=True)}
-        ranks["1"].send_signal(signal.SIGTERM)
-    _, err = agent.communicate(timeout=120)
+    returncode, _, err = _sigterm_while_training(command, tmp_path / "t", signalled)
     end = read_metrics(tmp_path / "t", kind="fit_end")[-1]
     assert (end["status"], end["checkpoint"]) == ("stopped", str(tmp_path / "t" / "checkpoint.pt")), err
     how = "SIGTERM" if signalled == "the agent" else "another rank's signal"
     said = f"workbench train: stopped at step {end['step']} ({how}); checkpoint {end['checkpoint']}: "
-    assert agent.returncode != 0 and said + "continue with --resume" in err, err
+    assert returncode != 0 and said + "continue with --resume" in err, err
     steps = [event["step"] for event in read_metrics(tmp_path / "t", kind="step")]
     assert steps[-1] == end["step"]  # a logged step: both ranks stopped after it (else the save would hang)
     if signalled == "the agent":  # the same command, --resume: from the step it stopped at, 4 steps more
@@ -151,26 +137,12 @@ def test_your_script_under_torchrun_stops_every_rank_on_sigterm_saved_and_exits_
     save, rank 0 says so in one line and each script ends with 143, as `workbench train` does; the same
     command goes on from that step."""
     import re
-    import signal
-    import time
-
-    import psutil
 
     from workbench.train import read_metrics
 
     (tmp_path / "yours.py").write_text(YOUR_SCRIPT)
     command = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", str(tmp_path / "yours.py"), str(tmp_path)]
-    agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log, deadline = tmp_path / "yours" / "metrics.jsonl", time.monotonic() + 120
-    while not (log.is_file() and log.read_text().count('"event": "step"') >= 2):
-        assert agent.poll() is None and time.monotonic() < deadline, agent.communicate()
-        time.sleep(0.1)
-    if signalled == "the agent":  # as Slurm and Kubernetes do: torchrun passes it to every rank
-        agent.send_signal(signal.SIGTERM)
-    else:
-        ranks = {p.environ().get("RANK"): p for p in psutil.Process(agent.pid).children(recursive=True)}
-        ranks["1"].send_signal(signal.SIGTERM)
-    out, err = agent.communicate(timeout=120)
+    _, out, err = _sigterm_while_training(command, tmp_path / "yours", signalled)
     end = read_metrics(tmp_path / "yours", kind="fit_end")[-1]
     checkpoint = str(tmp_path / "yours" / "checkpoint.pt")
     assert (end["status"], end["checkpoint"]) == ("stopped", checkpoint), err
@@ -189,3 +161,25 @@ def test_your_script_under_torchrun_stops_every_rank_on_sigterm_saved_and_exits_
     assert resumed.returncode == 0, resumed.stderr
     assert read_metrics(tmp_path / "yours", kind="fit_start")[-1]["start_step"] == end["step"]
     assert f"rank 0: finished at step {end['step'] + 4}" in resumed.stdout
+
+
+def _sigterm_while_training(command: list[str], run: Path, signalled: str) -> tuple[int, str, str]:
+    """Start the torchrun `command`; once `run` has logged 2 steps, SIGTERM "the agent" (as Slurm and
+    Kubernetes do: torchrun passes it to every rank) or "rank 1 alone". Its exit status, stdout, stderr."""
+    import signal
+    import time
+
+    import psutil
+
+    agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, deadline = run / "metrics.jsonl", time.monotonic() + 120
+    while not (log.is_file() and log.read_text().count('"event": "step"') >= 2):
+        assert agent.poll() is None and time.monotonic() < deadline, agent.communicate()
+        time.sleep(0.1)
+    if signalled == "the agent":
+        agent.send_signal(signal.SIGTERM)
+    else:
+        ranks = {p.environ().get("RANK"): p for p in psutil.Process(agent.pid).children(recursive=True)}
+        ranks["1"].send_signal(signal.SIGTERM)
+    out, err = agent.communicate(timeout=120)
+    return agent.returncode, out, err
