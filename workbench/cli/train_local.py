@@ -86,13 +86,9 @@ def _resume_after_restart(resume: bool, run_dir: Any, main: bool) -> bool:
 def _signals_ask_stop(control: Any, main: bool) -> contextlib.AbstractContextManager[list[signal.Signals]]:
     """While a rank trains: the first SIGTERM or SIGINT asks every rank to stop (`TrainControl.ask_stop`:
     they agree at the next logged step, save and end); a second quits at once. Yields the signals received."""
-    from workbench.train.interrupts import stop_on_interrupt
+    from workbench.train.interrupts import say_stopping_ranks, stop_on_interrupt
 
-    def say(by: signal.Signals) -> None:
-        if main:
-            print(f"{by.name}: stopping every rank at the next logged step, saving ({by.name} again: quit)")
-
-    return stop_on_interrupt(control, on_first=say, every_rank=True)
+    return stop_on_interrupt(control, on_first=say_stopping_ranks if main else None, every_rank=True)
 
 
 def train_here(

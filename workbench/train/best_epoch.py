@@ -94,8 +94,8 @@ class BestEpoch:
     def start(
         self,
         resumed: ResumedState | None,
-        evaluate_val: Callable[[], dict[str, float]] = dict,
-        model: torch.nn.Module | None = None,
+        evaluate_val: Callable[[], dict[str, float]],
+        model: torch.nn.Module,
     ) -> None:
         """A fit starts: fresh (a stale ``best.pt`` goes), or `resumed` (the best evaluation before it comes
         back from ``best.pt``, and how many evaluations since have not beaten it). Where the val evaluation
@@ -115,7 +115,7 @@ class BestEpoch:
         self._restore(path, resumed)
         where, saved = resumed.where, resumed.early_stopping
         unjudged = saved is not None and where.step > saved["judged"] and self.step != where.step
-        if resumed.val_follows and unjudged and model is not None:
+        if resumed.val_follows and unjudged:
             epoch = where.epoch - 1 if where.position == 0 else where.epoch  # that val's epoch
             self.after_eval(where.step, epoch, evaluate_val(), model)
 

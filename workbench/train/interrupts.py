@@ -130,7 +130,7 @@ def one_line_interrupts(job: Any) -> Iterator[list[signal.Signals]]:
     its launcher signals every rank itself (`signalled_by_launcher`), and then the ranks agree on the stop;
     a `launch` worker's launcher stops the ranks through rank 0."""
     alone, together = isinstance(job.strategy, SingleDevice), _together(job.strategy)
-    say = _say_stopping if alone else _say_stopping_ranks if job.strategy.is_main else None
+    say = _say_stopping if alone else say_stopping_ranks if job.strategy.is_main else None
     control = job.control if alone or together else None
     with stop_on_interrupt(control, on_first=say, every_rank=together) as pressed:
         try:
@@ -175,5 +175,6 @@ def _say_stopping(by: signal.Signals) -> None:
     print(f"stopping after this step and saving ({again(by)}: quit without saving)", flush=True)
 
 
-def _say_stopping_ranks(by: signal.Signals) -> None:
+def say_stopping_ranks(by: signal.Signals) -> None:
+    """Rank 0's line when a signal asks every rank to stop (`stop_on_interrupt`'s `every_rank`)."""
     print(f"{by.name}: stopping every rank at the next logged step, saving ({again(by)}: quit)", flush=True)
