@@ -53,7 +53,7 @@ def _train_case(strategy, out, case_path):
     Trainer(
         net, torch.nn.functional.mse_loss, case.splits(), case.CONFIG, strategy=strategy, run="spark"
     ).fit()
-    torch.save(net.state_dict(), Path(out) / f"rank{strategy.rank}.pt")
+    case.save_rank(Path(out), net, strategy)
     return f"rank {strategy.rank} of {strategy.world_size}"
 
 

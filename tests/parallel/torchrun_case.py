@@ -54,16 +54,25 @@ def assert_ranks_match_reference(out: Path, world_size: int) -> None:
         for state in states:
             assert (state[name] - expected).abs().max() <= 1e-5, name
     assert not torch.equal(states[0]["1.weight"], model().state_dict()["1.weight"])  # it trained
+    # ranks sharing a machine share its cores (torchrun sets OMP_NUM_THREADS=1; srun leaves torch all of them)
+    threads = [json.loads((out / f"rank{rank}.json").read_text())["threads"] for rank in range(world_size)]
+    assert max(threads) <= max(1, (os.cpu_count() or 1) // world_size), threads
 
 
 def main(out: Path) -> None:
     strategy = DataParallel.from_env()
     net = model()
     Trainer(net, torch.nn.functional.mse_loss, splits(), CONFIG, strategy=strategy).fit()
+    save_rank(out, net, strategy)
+    strategy.close()
+
+
+def save_rank(out: Path, net: torch.nn.Module, strategy: DataParallel) -> None:
+    """The rank's trained parameters (rankN.pt), and its machine numbering and torch threads (rankN.json)."""
     torch.save(net.state_dict(), out / f"rank{strategy.rank}.pt")
     local = {"local_rank": strategy.local_rank, "local_world_size": os.environ["LOCAL_WORLD_SIZE"]}
+    local["threads"] = torch.get_num_threads()
     (out / f"rank{strategy.rank}.json").write_text(json.dumps(local))
-    strategy.close()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ several machines, or local processes (launch, or Spark's TorchDistributor)."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -33,13 +32,11 @@ def _strategy(args: argparse.Namespace) -> Any:
 def train_distributed(args: argparse.Namespace) -> int:
     """Under a launcher (torchrun, mpirun, srun): be one rank. Otherwise: print the torchrun command, or
     launch local processes."""
-    import torch
 
     from workbench.parallel import launch
     from workbench.parallel.group.process_group import (
         join_process_group_from_env,
         lost_peer,
-        threads_per_rank,
         under_a_launcher,
     )
 
@@ -48,10 +45,8 @@ def train_distributed(args: argparse.Namespace) -> int:
         raise ValueError(f"--collective-timeout must be 1..86400 seconds, got {args.collective_timeout}")
     if under_a_launcher():  # torchrun, TorchDistributor, mpirun or srun started this process
         timeout = args.collective_timeout
-        join_process_group_from_env(args.backend, timeout, who=f"--strategy {args.strategy}")
-        if args.threads is None and "OMP_NUM_THREADS" not in os.environ:  # torchrun sets it; srun, mpirun not
-            ranks_here = int(os.environ["LOCAL_WORLD_SIZE"])
-            torch.set_num_threads(threads_per_rank(torch.get_num_threads(), os.cpu_count() or 1, ranks_here))
+        who = f"--strategy {args.strategy}"
+        join_process_group_from_env(args.backend, timeout, who=who, share_cores=args.threads is None)
         strategy.bind()
         _share_global_batch(args, strategy.data_world_size)
         failed = True

@@ -21,7 +21,9 @@ from workbench.parallel.group.network import gloo_interface_env
 BACKENDS = ("gloo", "nccl")
 
 
-def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1800, who: str = "") -> None:
+def join_process_group_from_env(
+    backend: str | None = None, timeout_s: float = 1800, who: str = "", share_cores: bool = True
+) -> None:
     """Initialise the process group from the launcher's variables, once: torchrun's (RANK, WORLD_SIZE,
     MASTER_ADDR…; also TorchDistributor's), Open MPI's or MPICH's ``mpirun``, or Slurm's ``srun``
     (`workbench.parallel.group.launch_env`; torchrun's variables are set from the others').
@@ -31,8 +33,11 @@ def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1
     (each agent numbers its own from LOCAL_RANK=0): LOCAL_RANK and LOCAL_WORLD_SIZE are set to this
     machine's numbering. See `place` for the backend and GPU each process gets.
 
+    Where OMP_NUM_THREADS is unset (torchrun sets it; srun and mpirun do not) and `share_cores`, each of the
+    processes on a machine takes at most an equal share of its cores as torch threads (`threads_per_rank`).
+
     `backend`: ``"gloo"``, ``"nccl"`` or None (the choice of `place`); `who` names the caller in the error
-    raised outside any launcher.
+    raised outside any launcher; `share_cores`: False where the caller chose the threads itself.
     """
     launcher = detect_launch_env()
     if launcher is None:
@@ -65,6 +70,9 @@ def join_process_group_from_env(backend: str | None = None, timeout_s: float = 1
     os.environ.update(LOCAL_RANK=str(placement.local_rank), LOCAL_WORLD_SIZE=str(placement.local_world_size))
     if placement.note and placement.local_rank == 0:
         print(f"workbench: note: {placement.note}", file=sys.stderr, flush=True)
+    if share_cores and "OMP_NUM_THREADS" not in os.environ:
+        cpus = os.cpu_count() or 1
+        torch.set_num_threads(threads_per_rank(torch.get_num_threads(), cpus, placement.local_world_size))
     if placement.backend == "nccl":
         torch.cuda.set_device(placement.local_rank)
     dist.init_process_group(placement.backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
