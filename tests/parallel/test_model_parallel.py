@@ -39,6 +39,10 @@ class Recorder(Callback):
     memory: dict[int, dict] = field(default_factory=dict)
     timelines: dict[int, list[dict]] = field(default_factory=dict)  # step → one payload per stage
     step_times: dict[int, list[dict]] = field(default_factory=dict)  # rank → its logged steps' step_time
+    models: list[dict] = field(default_factory=list)  # the model each fit_start logged
+
+    def on_fit_start(self, info):
+        self.models.append(info["model"])
 
     def on_step(self, metrics):
         if "step_time" in metrics:
@@ -134,6 +138,7 @@ def test_same_losses_and_parameters_as_one_process(name, strategy):
     for step, (a, b) in enumerate(zip(reference.losses, recorder.losses, strict=True), start=1):
         assert abs(a - b) <= TOLERANCE * abs(a), f"step {step}: loss {b} vs {a} in one process"
     assert trained.keys() == expected.keys()
+    assert recorder.models[0] == reference.models[0]  # the model as given, before the strategy split it
     initial = case(name).model().state_dict()
     moved = max(relative_difference(initial[k], expected[k]) for k in expected)
     assert moved > 100 * TOLERANCE  # training changed the parameters far more than the tolerance

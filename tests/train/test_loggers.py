@@ -42,6 +42,11 @@ def test_tensorboard_reads_back_every_step_and_evaluation_of_a_ddp_run(tmp_path)
     assert accuracy == [(ev["step"], pytest.approx(ev["accuracy"], rel=1e-6)) for ev in evals]
     assert {"train/lr", "train/grad_norm", "train/samples_per_s", "test/loss"} <= set(board.Tags()["scalars"])
     assert "config/text_summary" in board.Tags()["tensors"]
+    [config] = board.Tensors("config/text_summary")
+    assert (
+        b'"epochs": 2' in config.tensor_proto.string_val[0]
+        and b'"parameters": 26122' in config.tensor_proto.string_val[0]
+    )
 
 
 def test_a_logger_that_fails_mid_run_warns_once_and_training_and_the_jsonl_go_on(tmp_path, monkeypatch):

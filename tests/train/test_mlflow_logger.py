@@ -46,6 +46,8 @@ def test_mlflow_reads_back_every_step_evaluation_and_param_of_a_ddp_run(tmp_path
     assert run.info.run_name == "ddp" and run.info.status == "FINISHED"
     assert run.data.tags["world_size"] == "2" and run.data.tags["workbench.run"] == "ddp"
     assert run.data.params["epochs"] == "2" and run.data.params["optimizer.lr"] == str(e.config.optimizer.lr)
+    assert run.data.params["model"].startswith("Sequential, 26,122 parameters (#")  # what it trained
+    assert run.data.params["samples.train"] == str(len(e.splits.train))
     logged = [(s["step"], s["loss"]) for s in read_metrics(tmp_path / "ddp", kind="step") if s["rank"] == 0]
     history = _history(store, run.info.run_id, "train/loss")
     assert [step for step, _ in history] == [step for step, _ in logged]  # rank 0's, once each

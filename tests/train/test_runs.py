@@ -122,3 +122,39 @@ def test_workbench_runs_lists_and_diffs_without_importing_torch(runs):
 )
 def test_the_wall_time_column_keeps_three_digits_so_a_short_run_is_not_zero(seconds, shown):
     assert _seconds_text(seconds) == shown
+
+
+def test_runs_of_other_models_or_data_under_one_config_differ_in_the_diff_and_the_table(tmp_path, capsys):
+    """The same TrainConfig on a wider layer, another activation, or less data: the config alone read the
+    same ("have the same settings"); the fit's start records the model and the samples of each split."""
+    import torch
+
+    from workbench.data import Splits, load_dataset, split_dataset
+
+    splits = split_dataset(load_dataset("digits"), (0.8, 0.1, 0.1), seed=0)
+    fewer = Splits(splits.train.subset(torch.arange(500)), splits.val, splits.test)
+    config = build_experiment("digits-mlp", epochs=1).config
+
+    def mlp(width, activation=torch.nn.ReLU):
+        torch.manual_seed(0)
+        layers = torch.nn.Flatten(), torch.nn.Linear(64, width), activation(), torch.nn.Linear(width, 10)
+        return torch.nn.Sequential(*layers)
+
+    loss = torch.nn.functional.cross_entropy
+    for name, model, data in [
+        ("narrow", mlp(32), splits), ("wide", mlp(64), splits), ("tanh", mlp(32, torch.nn.Tanh), splits),
+        ("fewer", mlp(32), fewer),
+    ]:  # fmt: skip
+        Trainer(model, loss, data, config, run=name, runs_dir=tmp_path, progress=False).fit()
+    by_name = {run.name: run for run in list_runs(tmp_path)}
+    narrow, wide, tanh = (by_name[name].settings()["model"] for name in ("narrow", "wide", "tanh"))
+    assert narrow.startswith("Sequential, 2,410 parameters (#") and wide.startswith("Sequential, 4,810 ")
+    assert config_diff([by_name["narrow"], by_name["wide"]]) == {"model": [narrow, wide]}
+    assert config_diff([by_name["narrow"], by_name["tanh"]]) == {"model": [narrow, tanh]}  # same count
+    assert narrow.split("(")[0] == tanh.split("(")[0]
+    assert config_diff([by_name["narrow"], by_name["fewer"]]) == {"samples.train": [len(splits.train), 500]}
+    assert main(["runs", "--runs-dir", str(tmp_path), "--diff", "narrow", "tanh"]) == 0
+    assert "model " in capsys.readouterr().out  # not "have the same settings"
+    assert main(["runs", "--runs-dir", str(tmp_path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "model" in table[0].split() and "Sequential 4.81k" in next(r for r in table if "wide" in r)

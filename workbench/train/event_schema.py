@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any, TypedDict
 
+from workbench.train.trained_what import ModelSummary
+
 
 class FitStartEvent(TypedDict, total=False):
     """``on_fit_start``: the fit about to run its first (or first resumed) step. ``resume_changes`` only
@@ -33,6 +35,8 @@ class FitStartEvent(TypedDict, total=False):
     total_steps: int | None
     start_step: int  # > 0 when resuming
     config: dict[str, Any]  # the TrainConfig as a dict
+    model: ModelSummary  # the model as given (`workbench.train.trained_what`)
+    samples: dict[str, int | None]  # split → its samples (None: a stream without a length)
     time: float
     resume_changes: str
     launch: str

@@ -13,15 +13,22 @@ from workbench.train.event_schema import FitStartEvent, eval_event, fit_end_even
 from workbench.train.events import CallbackList
 from workbench.train.log_window import LogWindow
 from workbench.train.strategy import Strategy
+from workbench.train.trained_what import TrainedWhat
 
 
 class FitEvents:
     """The events of one trainer's fits, for `events` (its subscribers)."""
 
     def __init__(
-        self, events: CallbackList, strategy: Strategy, config: TrainConfig, run: str | None
+        self,
+        events: CallbackList,
+        strategy: Strategy,
+        config: TrainConfig,
+        run: str | None,
+        what: TrainedWhat,
     ) -> None:
         self.events, self.strategy, self.config, self.run = events, strategy, config, run
+        self.what = what  # the model and data, as given
         self.last: dict[str, dict[str, float]] = {}  # split → its last metrics ("train": the last loss)
 
     def fit_start(self, step: int, steps: tuple[int | None, int | None], resume_changes: str) -> None:
@@ -37,6 +44,7 @@ class FitEvents:
             total_steps=steps[1],
             start_step=step,
             config=self.config.to_dict(),
+            **self.what,
             time=time.time(),
         )
         self.events.on_fit_start({**info, "resume_changes": resume_changes} if resume_changes else info)

@@ -70,6 +70,7 @@ from workbench.train.run_record import RunRecord
 from workbench.train.step_time import NO_CLOCK, Clock, clocked_forward_backward
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
 from workbench.train.supervision import supervised_config, supervised_control_and_callbacks
+from workbench.train.trained_what import trained_what
 from workbench.train.trainer_keywords import PeersAttributes, explaining_unknown_keywords
 
 __all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "StepFn", "Trainer"]
@@ -188,6 +189,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         self.config = supervised_config(config)  # inside a launcher's workers: Launch(config=...)'s
         self.strategy = strategy if strategy is not None else SingleDevice(self.config.device)
         self.loss_fn, self.splits, self.progress = loss_fn, as_splits(splits), progress
+        what = trained_what(model, self.splits.sizes())  # the model as given: a strategy may shard it
         check_training_split(self.splits.train)
         self.objective = Objective.for_data(loss_fn, step_fn, metrics, self.splits.train)
         self.strategy.check_objective(self.objective)
@@ -205,7 +207,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         if self.run_dir is not None and self.strategy.is_main:
             callbacks.insert(0, MetricsLog(self.run_dir.path))
         self.events = CallbackList(callbacks)
-        self.report = FitEvents(self.events, self.strategy, self.config, run)  # the typed events it sends
+        self.report = FitEvents(self.events, self.strategy, self.config, run, what)  # the typed events
         self.optimizer = check_optimizer(optimizer_factory, self.model.parameters(), self.config.optimizer)
         self.scaler = self.precision.scaler()
         self._loaders = split_loaders(self.splits, self.config, self.strategy)
@@ -415,9 +417,8 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
 
     def _save(self) -> None:
         where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))
-        self.record.save(
-            where, self.model, self.optimizer, self.scaler, self._lrs.state(), self._best.state()
-        )
+        states = (self.model, self.optimizer, self.scaler, self._lrs.state(), self._best.state())
+        self.record.save(where, *states)
 
 
 def _train_mode(model: torch.nn.Module, strategy: Strategy) -> None:

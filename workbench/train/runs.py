@@ -21,6 +21,7 @@ from typing import Any, TypeAlias
 from workbench.train.metrics_log import METRICS_FILE, read_metrics
 from workbench.train.run_files import CONFIG_FILE
 from workbench.train.run_lock import RunInUseError, RunLock
+from workbench.train.trained_what import ModelSummary, model_text
 
 STEP_KEYS = ("step", "epoch", "rank", "time", "event", "memory", "timeline")
 
@@ -60,21 +61,30 @@ class RunSummary:
     best: tuple[str, float] | None  # (val metric, its best value): accuracy when logged, else the val loss
     config: dict[str, Any] = field(default_factory=dict)
     global_batch: int | None = None  # samples per optimizer step over all ranks (None: an older log)
+    model: ModelSummary | None = None  # the model trained (None: an older log)
+    samples: dict[str, Any] = field(default_factory=dict)  # split → its samples (empty: an older log)
 
     def settings(self) -> dict[str, Any]:
-        """The config's fields (dotted) and what the launch made of them: ranks, strategy, global batch."""
+        """The config's fields (dotted), what the launch made of them (ranks, strategy, global batch), and
+        what was trained: the model (class, parameters, layer digest) and each split's samples."""
         derived = {"ranks": self.world_size, "strategy": self.strategy, "global batch": self.global_batch}
-        return {**flatten_config(self.config), **derived}
+        trained = {"model": model_text(self.model)} if self.model is not None else {}
+        trained.update({f"samples.{split}": count for split, count in self.samples.items()})
+        return {**flatten_config(self.config), **derived, **trained}
 
     def row(self) -> list[str]:
         """The summary as table cells (see `RUN_COLUMNS`)."""
         best = "" if self.best is None else f"{self.best[0]} {self.best[1]:.4g}"
         wall = "" if self.wall_s is None else _seconds_text(self.wall_s)
         started = "" if self.started is None else _clock(self.started)
+        model = (
+            "" if self.model is None else f"{self.model['name']} {_parameters_text(self.model['parameters'])}"
+        )
         return [
             self.name,
             started,
             self.status,
+            model,
             str(self.steps),
             best,
             wall,
@@ -88,7 +98,17 @@ def _seconds_text(seconds: float) -> str:
     return f"{seconds:.3g} s" if seconds < 1000 else f"{seconds:,.0f} s"
 
 
-RUN_COLUMNS = ["run", "started", "status", "steps", "best val", "wall time", "strategy", "ranks"]
+def _parameters_text(count: int | None) -> str:
+    """A parameter count in three digits: "704", "25.4k", "1.21M", "7.24B"; "lazy" before initialisation."""
+    if count is None:
+        return "lazy"
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return str(count)
+
+
+RUN_COLUMNS = ["run", "started", "status", "model", "steps", "best val", "wall time", "strategy", "ranks"]
 
 
 def list_runs(
@@ -162,6 +182,8 @@ def summarize_run(path: str | os.PathLike, events: Events | None = None) -> RunS
         best=_best_val(events),
         config=_config(path, last),
         global_batch=_count(last.get("global_batch")) if "global_batch" in last else None,
+        model=_model(last.get("model")),
+        samples=_samples(last.get("samples")),
     )
 
 
@@ -243,6 +265,22 @@ def _config(path: Path, start: dict[str, Any]) -> dict[str, Any]:
     except (OSError, ValueError):
         config = start.get("config")
     return config if isinstance(config, dict) else {}  # a list or null is no config: nothing to compare
+
+
+def _model(logged: Any) -> ModelSummary | None:
+    """The logged model summary, or None (an older log, or one damaged or written by hand)."""
+    count = logged.get("parameters", "") if isinstance(logged, dict) else ""
+    if not isinstance(logged, dict) or not (count is None or isinstance(count, int)):
+        return None
+    return ModelSummary(
+        name=str(logged.get("name", "")), parameters=count, digest=str(logged.get("digest", ""))
+    )
+
+
+def _samples(logged: Any) -> dict[str, Any]:
+    if not isinstance(logged, dict):
+        return {}
+    return {str(split): count for split, count in logged.items() if count is None or _number(count)}
 
 
 def flatten_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

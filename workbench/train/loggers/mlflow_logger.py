@@ -14,6 +14,7 @@ from workbench._validate import check_positive
 from workbench.train.events import Event
 from workbench.train.loggers.rank_zero import RankZeroLogger
 from workbench.train.runs import flatten_config
+from workbench.train.trained_what import model_text
 
 _RUN_TAG = "workbench.run"  # the workbench run name: a resumed fit continues the MLflow run holding it
 _STATUS = {"finished": "FINISHED", "stopped": "KILLED", "failed": "FAILED"}
@@ -116,7 +117,8 @@ class MLflowLogger(RankZeroLogger):
                 experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items() if v is not None}
             )
             self.run_id = run.info.run_id
-            self._unsent_params = [Param(k, v) for k, v in _params(info.get("config", {})).items()]
+            params = _params({**info.get("config", {}), **_trained(info)})
+            self._unsent_params = [Param(k, v) for k, v in params.items()]
 
     def _write_step(self, numbers: dict[str, float], event: Event) -> None:
         self._queue_metrics("train", numbers, event)
@@ -227,6 +229,12 @@ def _check_reachable(tracking_uri: str, timeout_s: float = 3.0) -> None:
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise ConnectionError(f"no MLflow server answers at {parts.hostname}:{port} ({reason})") from None
+
+
+def _trained(info: Event) -> dict[str, Any]:
+    """What the fit trains (the model, each split's samples) as params beside the config's."""
+    what: dict[str, Any] = {"samples": info["samples"]} if "samples" in info else {}
+    return {"model": model_text(info["model"]), **what} if "model" in info else what
 
 
 def _params(config: dict[str, Any]) -> dict[str, str]:

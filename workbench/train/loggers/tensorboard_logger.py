@@ -20,10 +20,10 @@ class TensorBoardLogger(RankZeroLogger):
 
     Step fields go to ``train/<name>`` (``train/loss``, ``train/lr``, ``train/grad_norm``,
     ``train/samples_per_s``), evaluations to ``<split>/<metric>`` (``val/loss``, ``val/accuracy``), against
-    the optimizer step; the config goes in as text (``config``). Open them with
-    ``tensorboard --logdir <log_dir> --host 127.0.0.1``: one line per run, side by side. Events are written
-    on the training thread (~20 µs a logged step) and reach the disk at each evaluation, at the end, and
-    at least every `flush_every_s` seconds while steps come.
+    the optimizer step; the config goes in as text (``config``, with the model and each split's samples).
+    Open them with ``tensorboard --logdir <log_dir> --host 127.0.0.1``: one line per run, side by side.
+    Events are written on the training thread (~20 µs a logged step) and reach the disk at each evaluation,
+    at the end, and at least every `flush_every_s` seconds while steps come.
 
     Args:
         log_dir: the folder holding one TensorBoard run per fit (named after ``Trainer(run=...)``, or
@@ -58,7 +58,8 @@ class TensorBoardLogger(RankZeroLogger):
         self._file = _EventFile(self.log_dir / str(info.get("run") or "run"))
         start = info.get("start_step", 0)
         if start == 0:  # a resumed fit keeps the config text it has
-            config = json.dumps(info.get("config", {}), indent=2, default=str)
+            trained = {key: info[key] for key in ("model", "samples") if key in info}  # what, on what
+            config = json.dumps({**info.get("config", {}), **trained}, indent=2, default=str)
             self._file.write(text("config", f"```\n{config}\n```"), 0)
         else:  # TensorBoard forgets what an earlier try logged past the checkpoint: the resume redoes it
             self._file.restart_at(start + 1)

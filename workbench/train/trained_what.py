@@ -1,0 +1,57 @@
+"""What a fit trains, as its log records it: the model (class, parameter count, a digest of its layers) and
+the samples in each split (`workbench.data.Splits.sizes`). `workbench runs --diff` and the runs browser
+tell runs apart by them where the configs are equal (a wider layer, another activation, more data).
+Imports no torch: `workbench runs` reads runs fast.
+
+Example (any object with ``parameters()`` and a repr; a torch module in practice):
+    >>> import torch
+    >>> model_text(summarize_model(torch.nn.Linear(10, 64)))
+    'Linear, 704 parameters (#08eb67ca)'
+    >>> relu, tanh = (torch.nn.Sequential(torch.nn.Linear(4, 4), f()) for f in (torch.nn.ReLU, torch.nn.Tanh))
+    >>> summarize_model(relu)["digest"] != summarize_model(tanh)["digest"]  # the same parameters
+    True
+    >>> model_text(summarize_model(torch.nn.LazyLinear(3))).split(" (#")[0]  # before its first forward
+    'LazyLinear, lazy parameters'
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, TypedDict
+
+
+class ModelSummary(TypedDict):
+    """The model a fit trains, as given to the Trainer (before a strategy wraps or shards it)."""
+
+    name: str  # its class, e.g. "Sequential"
+    parameters: int | None  # its parameters' elements, all of them (None: lazy ones not yet initialised)
+    digest: str  # 8 hex digits of its repr: the same layers, sizes and activations give the same digest
+
+
+class TrainedWhat(TypedDict):
+    """The ``model`` and ``samples`` fields of a ``fit_start`` event."""
+
+    model: ModelSummary
+    samples: dict[str, int | None]  # split → its samples (None: a stream without a length)
+
+
+def summarize_model(model: Any) -> ModelSummary:
+    """`model`'s class, parameter count and layer digest."""
+    try:
+        parameters: int | None = sum(int(p.numel()) for p in model.parameters())
+    except ValueError:  # torch.nn.LazyLinear's and the like before their first forward
+        parameters = None
+    digest = hashlib.sha1(repr(model).encode(), usedforsecurity=False).hexdigest()[:8]
+    return ModelSummary(name=type(model).__name__, parameters=parameters, digest=digest)
+
+
+def trained_what(model: Any, samples: dict[str, int | None]) -> TrainedWhat:
+    """The ``model`` and ``samples`` (`Splits.sizes`) a fit's start records."""
+    return TrainedWhat(model=summarize_model(model), samples=samples)
+
+
+def model_text(summary: ModelSummary) -> str:
+    """E.g. ``"Sequential, 25,418 parameters (#3f2a9c1b)"``."""
+    count = summary["parameters"]
+    parameters = "lazy parameters" if count is None else f"{count:,} parameters"
+    return f"{summary['name']}, {parameters} (#{summary['digest']})"
