@@ -16,6 +16,14 @@ def test_list_shows_every_preset(capsys):
     assert all(name in out for name in ("digits-mlp", "regression-linear", "images-cnn"))
 
 
+def test_options_without_a_preset_are_an_error_that_shows_where_it_goes(capsys):
+    """`workbench train --run a --resume` printed the list and exited 0: a script took it for success."""
+    assert main(["train", "--run", "a", "--resume"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "error: no preset named in `workbench train --run a --resume`" in err
+    assert "`workbench train PRESET [options]`" in err and "digits-mlp" in err
+
+
 def test_the_list_and_a_misspelt_preset_answer_without_importing_torch():
     """A person's first commands: the list, then a typo; each once took ~3.5 s to import torch first."""
     said = subprocess.run(

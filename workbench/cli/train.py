@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -144,8 +145,17 @@ def run(args: argparse.Namespace) -> int:
     from workbench.preset_catalog import PRESET_DESCRIPTIONS, check_preset
     from workbench.tables import text_table
 
+    presets = text_table(["preset", "what"], [list(item) for item in PRESET_DESCRIPTIONS.items()])
+    if args.preset is None and not args.list and args.argv[1:]:  # options, and nothing to apply them to
+        print(
+            f"workbench train: error: no preset named in `workbench {shlex.join(args.argv)}`: the preset "
+            "comes first (`workbench train PRESET [options]`, with --resume the one that trained the run). "
+            f"The presets:\n{presets}",
+            file=sys.stderr,
+        )
+        return 2
     if args.list or args.preset is None:  # answered without importing torch (~3 s)
-        print(text_table(["preset", "what"], [list(item) for item in PRESET_DESCRIPTIONS.items()]))
+        print(presets)
         return 0
     try:
         check_preset(args.preset)
