@@ -402,6 +402,11 @@ def _refusals():
             r"got a tuple of \(ndarray \(240, 6\), ndarray \(240,\)\), read as \(train, val\).*"
             r"TensorDataset\(torch\.as_tensor\(x\), torch\.as_tensor\(y\)\)",
         ),
+        "arrays as splits, the targets a column": (  # regression targets of shape (N, 1)
+            dict(splits=(x.numpy(), y.numpy()[:, None])),
+            TypeError,
+            r"got a tuple of \(ndarray \(240, 6\), ndarray \(240, 1\)\), read as \(train, val\).*",
+        ),
         "a pair of tensors as a dict's split": (
             dict(splits={"train": (x, y), "val": data}),
             TypeError,

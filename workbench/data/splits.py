@@ -189,13 +189,16 @@ def _hint(data: tuple | list) -> str:
 
 
 def _features_and_targets(data: tuple | list) -> bool:
-    """Two arrays (not datasets) of the same length, the second one value per sample: X and y."""
+    """Two arrays (not datasets) of the same length, the second one value per sample (shape (N,) or (N, 1)):
+    X and y."""
     if len(data) != 2 or any(
         isinstance(part, Dataset | torch.utils.data.Dataset | DataLoader) for part in data
     ):
         return False
     shapes = [getattr(part, "shape", None) for part in data]
-    return all(shapes) and len(shapes[1]) == 1 and shapes[0][0] == shapes[1][0]
+    if not all(shapes) or shapes[0][0] != shapes[1][0]:
+        return False
+    return tuple(shapes[1][1:]) in ((), (1,))
 
 
 def _split_kind(part: Any) -> str:
