@@ -24,6 +24,32 @@ def test_options_without_a_preset_are_an_error_that_shows_where_it_goes(capsys):
     assert "`workbench train PRESET [options]`" in err and "digits-mlp" in err
 
 
+def test_a_run_keeps_its_command_for_a_resume_without_the_preset_and_a_refused_start_leaves_it(
+    tmp_path, capsys
+):
+    import json
+
+    runs, record = str(tmp_path), tmp_path / "a" / "command.json"
+    assert (
+        main(["train", "digits-mlp", "--epochs", "1", "--lr", "0.01", "--run", "a", "--runs-dir", runs]) == 0
+    )
+    kept = ["train", "digits-mlp", "--epochs", "1", "--lr", "0.01", "--run", "a", "--runs-dir", runs]
+    assert json.loads(record.read_text()) == {"argv": kept, "launcher": None}
+    assert main(["train", "images-cnn", "--run", "a", "--runs-dir", runs]) == 2  # the name holds a run
+    assert json.loads(record.read_text())["argv"] == kept
+    capsys.readouterr()
+    assert main(["train", "--run", "a", "--runs-dir", runs, "--resume", "--epochs", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith(
+        f"workbench train: resuming as `workbench {' '.join(kept[:3])} 2 {' '.join(kept[4:])}"
+    )
+    assert "finished: 46 steps, 2 epochs" in out  # digits-mlp, lr 0.01, on from its first epoch
+    assert json.loads(record.read_text())["argv"] == [*kept[:3], "2", *kept[4:]]  # as short as before
+    record.write_text('{"argv": ["tra')  # torn, or written by hand
+    assert main(["train", "--run", "a", "--runs-dir", runs, "--resume", "--epochs", "3"]) == 2
+    assert "(run 'a' in " + runs + " holds no command to go on with" in capsys.readouterr().err
+
+
 def test_the_list_and_a_misspelt_preset_answer_without_importing_torch():
     """A person's first commands: the list, then a typo; each once took ~3.5 s to import torch first."""
     said = subprocess.run(
@@ -436,8 +462,9 @@ def test_a_worker_killed_under_the_command_is_named_without_a_traceback(tmp_path
 
 def test_a_killed_command_resumes_from_its_last_checkpoint_and_reads_as_one_run(tmp_path):
     """The OOM killer or a lost node ends `workbench train` with SIGKILL: nothing runs, no fit_end is
-    written, the log's buffer reaches the disk wherever it had filled. The person then types the same
-    command with --resume: it continues from the last checkpoint and the run reads as one run."""
+    written, the log's buffer reaches the disk wherever it had filled. The person then pastes the command
+    `workbench runs` prints: it continues from the last checkpoint and the run reads as one run."""
+    import shlex
     import signal
     import time
     import warnings
@@ -454,13 +481,16 @@ def test_a_killed_command_resumes_from_its_last_checkpoint_and_reads_as_one_run(
     with (run / "metrics.jsonl").open("a") as log:  # what a kill mid-write leaves, when it does
         log.write('{"event": "step", "step": 11, "lo')
     listed = subprocess.run(_workbench("runs"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    row, footer = listed.stdout.splitlines()[-3], listed.stdout.splitlines()[-1]
-    assert "killed" in row and footer.startswith("k: ended before the fit did, and saved: the command"), (
-        footer
-    )
+    row, footer = listed.stdout.splitlines()[-4], listed.stdout.splitlines()[-1]
+    assert "killed" in row and footer == "  k: workbench train --run k --resume", listed.stdout
 
-    done = subprocess.run([*command, "--resume"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    printed = shlex.split(footer.split(": ", 1)[1])  # pasted as printed: the run knows its preset and options
+    done = subprocess.run(_workbench(*printed[1:]), cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    said, _, rest = done.stderr.partition("\n")
+    kept = "workbench train digits-mlp --checkpoint-every-steps 10 --run k --resume"
+    assert said == f"workbench train: resuming as `{kept}`", done.stderr
+    done.stderr = rest
     resumed_at = read_metrics(run, kind="fit_start")[-1]["start_step"]
     assert resumed_at % 10 == 0 and 0 < resumed_at < 460, resumed_at  # a checkpoint's step, not the kill's
     assert done.stderr.startswith(f"resumed from the checkpoint at step {resumed_at} of 460\n"), done.stderr

@@ -1,6 +1,7 @@
 """The same training entry points under torchrun: one node with 2 processes, and 2 nodes on loopback."""
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -104,9 +105,18 @@ def test_sigterm_stops_every_rank_at_the_same_logged_step_saved_and_resumable(tm
     assert returncode != 0 and said + "continue with --resume" in err, err
     steps = [event["step"] for event in read_metrics(tmp_path / "t", kind="step")]
     assert steps[-1] == end["step"]  # a logged step: both ranks stopped after it (else the save would hang)
-    if signalled == "the agent":  # the same command, --resume: from the step it stopped at, 4 steps more
-        more = ["--max-steps", str(end["step"] + 4), "--resume"]
-        resumed = subprocess.run([*command, *more], capture_output=True, text=True, timeout=240)
+    if signalled == "the agent":  # the command `workbench runs` prints, under torchrun: 4 steps more
+        listed = subprocess.run(
+            [sys.executable, "-m", "workbench", "runs", "--runs-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+        )
+        footer = listed.stdout.splitlines()[-1]
+        printed = f"workbench train --run-name t --runs-dir {tmp_path} --resume"
+        assert footer == f"  t: {printed} (each rank's command under torchrun, as before)", listed.stdout
+        more = ["--max-steps", str(end["step"] + 4)]
+        torchrun = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", *shlex.split(printed), *more]
+        resumed = subprocess.run(torchrun, capture_output=True, text=True, timeout=240)
         assert resumed.returncode == 0, resumed.stderr
         assert read_metrics(tmp_path / "t", kind="fit_start")[-1]["start_step"] == end["step"]
 

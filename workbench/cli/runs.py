@@ -21,6 +21,7 @@ def add(commands: argparse._SubParsersAction) -> None:
 
 
 def _runs(args: argparse.Namespace) -> int:
+    from workbench.cli.run_command import read_command
     from workbench.tables import text_table
     from workbench.train.metrics_log import METRICS_FILE
     from workbench.train.run_files import CHECKPOINT_FILE
@@ -41,12 +42,13 @@ def _runs(args: argparse.Namespace) -> int:
     if args.diff is None:
         print(text_table(RUN_COLUMNS, [run.row() for run in runs]) if runs else f"no runs in {args.runs_dir}")
         saved = [run for run in runs if (run.path / CHECKPOINT_FILE).is_file()]
-        cut_short = [run.name for run in saved if run.status in ("killed", "stopped", "failed")]
+        cut_short = [run for run in saved if run.status in ("killed", "stopped", "failed")]
         if cut_short:  # what a person wants to know after a kill or a time limit: how to go on
-            print(
-                f"\n{', '.join(cut_short)}: ended before the fit did, and saved: the command that trained it "
-                "with --resume (Trainer.fit(resume=True) in Python) goes on from its checkpoint"
-            )
+            print("\nended before their fit did, and saved; to go on from the checkpoint:")
+            for run in cut_short:
+                recorded = read_command(run.path)
+                how = "Trainer.fit(resume=True) in Python, or the command that trained it with --resume"
+                print(f"  {run.name}: {recorded.resume_line(run.name, args.runs_dir) if recorded else how}")
         return 0
     by_name = {run.name: run for run in runs}
     missing = [name for name in args.diff if name not in by_name]

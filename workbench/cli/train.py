@@ -14,6 +14,7 @@ from workbench.parallel.strategies.registry import DEFAULT_TP, DISTRIBUTED, STRA
 
 
 def add(commands: argparse._SubParsersAction) -> None:
+    from workbench.cli.run_command import command_options
     from workbench.train.choices import COMPILE_MODES, DEVICES, OPTIMIZERS, PRECISIONS, SCHEDULES
 
     train = commands.add_parser("train", help="train a preset model with a progress bar")
@@ -138,19 +139,35 @@ def add(commands: argparse._SubParsersAction) -> None:
         "machine) before the job stops with the peer named (default 300)",
     )
     ddp.add_argument("--print-command", action="store_true", help="print the torchrun command and exit")
-    train.set_defaults(command="train", run=run)
+    train.set_defaults(command="train", run=run, command_options=command_options(train))
 
 
 def run(args: argparse.Namespace) -> int:
+    from workbench.cli.run_command import canonical, merged_command, read_command, say_resuming
     from workbench.preset_catalog import PRESET_DESCRIPTIONS, check_preset
     from workbench.tables import text_table
 
+    args.kept_command = canonical(args, args.command_options)  # as given, before anything fills in args
     presets = text_table(["preset", "what"], [list(item) for item in PRESET_DESCRIPTIONS.items()])
+    if args.preset is None and args.resume and args.run_name is not None and not args.list:
+        recorded = read_command(Path(args.runs_dir) / args.run_name)
+        if recorded is not None:  # the run's own preset and options, with those given now
+            from workbench.cli import _parser, main
+
+            argv = merged_command(recorded.argv, args.argv)
+            resumed = _parser().parse_args(argv)
+            say_resuming([*canonical(resumed, resumed.command_options), "--resume"])
+            return main(argv)
     if args.preset is None and not args.list and args.argv[1:]:  # options, and nothing to apply them to
+        unrecorded = (
+            f" (run {args.run_name!r} in {args.runs_dir} holds no command to go on with: it was trained from "
+            "Python, by an older workbench, or is not there; name the preset that trained it)"
+            if args.resume and args.run_name is not None
+            else ""
+        )
         print(
             f"workbench train: error: no preset named in `workbench {shlex.join(args.argv)}`: the preset "
-            "comes first (`workbench train PRESET [options]`, with --resume the one that trained the run). "
-            f"The presets:\n{presets}",
+            f"comes first (`workbench train PRESET [options]`){unrecorded}. The presets:\n{presets}",
             file=sys.stderr,
         )
         return 2

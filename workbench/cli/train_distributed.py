@@ -72,10 +72,8 @@ def train_distributed(args: argparse.Namespace) -> int:
             raise ValueError(f"--{flag.replace('_', '-')} must be ≥ 1, got {getattr(args, flag)}")
     inner = args.pp if args.strategy == "ddp+pp" else args.tp if args.strategy in COMPOSED else 1
     shards = args.nnodes * args.nproc_per_node // inner
-    _share_global_batch(args, shards)  # checked here; under torchrun each rank
-    experiment = experiment_from(
-        args
-    )  # shares it again over the world it finds. Checked before anything starts
+    _share_global_batch(args, shards)  # here; under torchrun each rank shares it over the world it finds
+    experiment = experiment_from(args)  # checked before anything starts
     strategy.validate(experiment.model, experiment.config, world_size=args.nnodes * args.nproc_per_node)
     if args.nnodes > 1 and args.master_addr is None:
         raise ValueError(

@@ -83,6 +83,15 @@ def _resume_after_restart(resume: bool, run_dir: Any, main: bool) -> bool:
     return False
 
 
+def _launcher(signalled_ranks: bool) -> str | None:
+    """The launcher that started this rank (torchrun, Slurm, Open MPI...); None where the command launched
+    its own processes (a `launch` worker reads as torchrun)."""
+    from workbench.parallel.group.launch_env import detect_launch_env
+
+    launch = detect_launch_env() if signalled_ranks else None
+    return None if launch is None else launch.launcher
+
+
 def _signals_ask_stop(control: Any, main: bool) -> contextlib.AbstractContextManager[list[signal.Signals]]:
     """While a rank trains: the first SIGTERM or SIGINT asks every rank to stop (`TrainControl.ask_stop`:
     they agree at the next logged step, save and end); a second quits at once. Yields the signals received."""
@@ -99,6 +108,7 @@ def train_here(
     (torchrun, srun, mpirun): SIGTERM or SIGINT stops the ranks together at the next logged step, saved."""
     import torch
 
+    from workbench.cli.run_command import CommandRecorder
     from workbench.tables import text_table
     from workbench.train import Trainer
     from workbench.train.compilation import describe_compile
@@ -109,6 +119,12 @@ def train_here(
     callbacks: list[Any] = [ConsoleProgress()] if main else []
     if main:
         callbacks.extend(loggers(args.log, Path(args.runs_dir)))
+    if main and args.run_name is not None:  # the command, for `workbench train --run NAME --resume`
+        callbacks.append(
+            CommandRecorder(
+                Path(args.runs_dir) / args.run_name, args.kept_command, _launcher(signalled_ranks)
+            )
+        )
     trainer = Trainer(
         experiment.model,
         experiment.loss_fn,
