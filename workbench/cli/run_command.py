@@ -90,11 +90,9 @@ class RecordedCommand:
         folder = [] if runs_dir == "runs" else ["--runs-dir", runs_dir]
         name = "--run" if self.launcher is None else "--run-name"  # torchrun takes --run for its --run-path
         line = shlex.join(["workbench", "train", name, run, *folder, "--resume"])
-        return (
-            line
-            if self.launcher is None
-            else f"{line} (each rank's command under {self.launcher}, as before)"
-        )
+        if self.launcher is None:
+            return line
+        return f"{line} (each rank's command under {self.launcher}, as before)"
 
 
 def merged_command(recorded: list[str], given: list[str]) -> list[str]:

@@ -32,7 +32,6 @@ def _strategy(args: argparse.Namespace) -> Any:
 def train_distributed(args: argparse.Namespace) -> int:
     """Under a launcher (torchrun, mpirun, srun): be one rank. Otherwise: print the torchrun command, or
     launch local processes."""
-
     from workbench.parallel import launch
     from workbench.parallel.group.process_group import (
         join_process_group_from_env,

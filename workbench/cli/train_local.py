@@ -85,7 +85,7 @@ def _resume_after_restart(resume: bool, run_dir: Any, main: bool) -> bool:
 
 def _launcher(signalled_ranks: bool) -> str | None:
     """The launcher that started this rank (torchrun, Slurm, Open MPI...); None where the command launched
-    its own processes (a `launch` worker reads as torchrun)."""
+    its own processes (whose workers carry torchrun's variables as well)."""
     from workbench.parallel.group.launch_env import detect_launch_env
 
     launch = detect_launch_env() if signalled_ranks else None
@@ -120,11 +120,8 @@ def train_here(
     if main:
         callbacks.extend(loggers(args.log, Path(args.runs_dir)))
     if main and args.run_name is not None:  # the command, for `workbench train --run NAME --resume`
-        callbacks.append(
-            CommandRecorder(
-                Path(args.runs_dir) / args.run_name, args.kept_command, _launcher(signalled_ranks)
-            )
-        )
+        folder = Path(args.runs_dir) / args.run_name
+        callbacks.append(CommandRecorder(folder, args.kept_command, _launcher(signalled_ranks)))
     trainer = Trainer(
         experiment.model,
         experiment.loss_fn,
