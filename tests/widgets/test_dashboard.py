@@ -241,6 +241,7 @@ def test_a_launch_shows_every_rank_live_and_returns_rank_0s_value():
     dashboard = Dashboard(job, monitor=False)
     assert "2 processes (gloo, CPU, 1 thread each)" in dashboard.placement.value
     assert dashboard.fit() == 20  # 320 samples / 2 ranks / batch 16 × 2 epochs
+    assert dashboard.placement.value.endswith(" · Linear, 11 parameters, on 320 training samples</small>")
     counts = dashboard.loss_plot.point_counts()
     assert counts["run 1 train"] == counts["run 1 rank 0"] == counts["run 1 rank 1"] == 10
     assert counts["run 1 val"] == 2

@@ -7,6 +7,8 @@ Example (any object with ``parameters()`` and a repr; a torch module in practice
     >>> import torch
     >>> model_text(summarize_model(torch.nn.Linear(10, 64)))
     'Linear, 704 parameters (#08eb67ca)'
+    >>> trained_text(trained_what(torch.nn.Linear(10, 64), {"train": 1437, "val": 180, "test": None}))
+    'Linear, 704 parameters, on 1,437 training samples'
     >>> relu, tanh = (torch.nn.Sequential(torch.nn.Linear(4, 4), f()) for f in (torch.nn.ReLU, torch.nn.Tanh))
     >>> summarize_model(relu)["digest"] != summarize_model(tanh)["digest"]  # the same parameters
     True
@@ -48,6 +50,14 @@ def summarize_model(model: Any) -> ModelSummary:
 def trained_what(model: Any, samples: dict[str, int | None]) -> TrainedWhat:
     """The ``model`` and ``samples`` (`Splits.sizes`) a fit's start records."""
     return TrainedWhat(model=summarize_model(model), samples=samples)
+
+
+def trained_text(what: TrainedWhat) -> str:
+    """E.g. ``"Sequential, 25,418 parameters, on 1,437 training samples"`` (a dashboard's header)."""
+    count, train = what["model"]["parameters"], what["samples"].get("train")
+    parameters = "lazy parameters" if count is None else f"{count:,} parameters"
+    data = "" if train is None else f", on {train:,} training samples"
+    return f"{what['model']['name']}, {parameters}{data}"
 
 
 def model_text(summary: ModelSummary) -> str:

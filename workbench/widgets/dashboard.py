@@ -30,6 +30,7 @@ from workbench.monitor import DeviceSampler
 from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.job import Job
 from workbench.train.job_runner import JobRunner
+from workbench.train.trained_what import trained_text
 from workbench.widgets._display import widget_bundle
 from workbench.widgets._kernel import acknowledge_widget_message, running_cell_parent
 from workbench.widgets.deferred import DeferredCallbacks
@@ -333,7 +334,9 @@ class Dashboard(Callback):
     def on_fit_start(self, info: Event) -> None:
         self._total_steps = info["total_steps"]
         if "launch" in info or "strategy" in info:
-            self.placement.value = f"<small>{html.escape(info.get('launch') or info['strategy'])}</small>"
+            where = info.get("launch") or info["strategy"]
+            what = f" · {trained_text(info)}" if "model" in info and "samples" in info else ""
+            self.placement.value = f"<small>{html.escape(where + what)}</small>"
         self._start_step = info["start_step"]
         self._started_at = time.perf_counter()
         self._paused_s = 0.0
