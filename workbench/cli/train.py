@@ -142,6 +142,15 @@ def add(commands: argparse._SubParsersAction) -> None:
     train.set_defaults(command="train", run=run, command_options=command_options(train))
 
 
+def _parsed(argv: list[str]) -> argparse.Namespace:
+    """`argv` (from ``train`` on) parsed as `workbench` parses it."""
+    parser = argparse.ArgumentParser(prog="workbench")
+    add(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    args.argv = argv
+    return args
+
+
 def run(args: argparse.Namespace) -> int:
     from workbench.cli.run_command import canonical, merged_command, read_command, say_resuming
     from workbench.preset_catalog import PRESET_DESCRIPTIONS, check_preset
@@ -152,12 +161,9 @@ def run(args: argparse.Namespace) -> int:
     if args.preset is None and args.resume and args.run_name is not None and not args.list:
         recorded = read_command(Path(args.runs_dir) / args.run_name)
         if recorded is not None:  # the run's own preset and options, with those given now
-            from workbench.cli import _parser, main
-
-            argv = merged_command(recorded.argv, args.argv)
-            resumed = _parser().parse_args(argv)
+            resumed = _parsed(merged_command(recorded.argv, args.argv))
             say_resuming([*canonical(resumed, resumed.command_options), "--resume"])
-            return main(argv)
+            return run(resumed)
     if args.preset is None and not args.list and args.argv[1:]:  # options, and nothing to apply them to
         unrecorded = (
             f" (run {args.run_name!r} in {args.runs_dir} holds no command to go on with: it was trained from "
