@@ -54,14 +54,15 @@ def trained_what(model: Any, samples: dict[str, int | None]) -> TrainedWhat:
 
 def trained_text(what: TrainedWhat) -> str:
     """E.g. ``"Sequential, 25,418 parameters, on 1,437 training samples"`` (a dashboard's header)."""
-    count, train = what["model"]["parameters"], what["samples"].get("train")
-    parameters = "lazy parameters" if count is None else f"{count:,} parameters"
+    train = what["samples"].get("train")
     data = "" if train is None else f", on {train:,} training samples"
-    return f"{what['model']['name']}, {parameters}{data}"
+    return f"{what['model']['name']}, {_parameters(what['model']['parameters'])}{data}"
 
 
 def model_text(summary: ModelSummary) -> str:
     """E.g. ``"Sequential, 25,418 parameters (#3f2a9c1b)"``."""
-    count = summary["parameters"]
-    parameters = "lazy parameters" if count is None else f"{count:,} parameters"
-    return f"{summary['name']}, {parameters} (#{summary['digest']})"
+    return f"{summary['name']}, {_parameters(summary['parameters'])} (#{summary['digest']})"
+
+
+def _parameters(count: int | None) -> str:
+    return "lazy parameters" if count is None else f"{count:,} parameters"
