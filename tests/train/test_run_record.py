@@ -90,9 +90,33 @@ def test_a_refused_resume_leaves_every_tensor_of_the_model_as_it_was(tmp_path):
     trainer = Trainer(
         model, F.cross_entropy, DATA, TrainConfig(epochs=2, batch_size=16), run="wide", runs_dir=tmp_path
     )
-    with pytest.raises(ValueError, match=r"size mismatch for 0.weight: copying a param with shape \(5, 10\)"):
+    with pytest.raises(
+        ValueError, match=r"size mismatch for 0.weight: copying a param with shape \(5, 10\)"
+    ) as info:
         trainer.fit(resume=True)
     assert all(torch.equal(before[key], value) for key, value in model.state_dict().items())
+    # and it names both models, from the summary the checkpoint keeps
+    assert "; it holds a Sequential, 73 parameters (#" in str(info.value)
+    assert ", this is a Sequential, 115 parameters (#" in str(info.value)
+
+
+def test_a_resume_whose_weights_fit_another_model_says_so(tmp_path, capsys):
+    """The same parameters with another activation load without a word from torch; the resume names both."""
+    config = TrainConfig(epochs=1, batch_size=16)
+    Trainer(_model(), F.cross_entropy, DATA, config, run="r", runs_dir=tmp_path).fit()
+    tanh = nn.Sequential(nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 3))
+    Trainer(
+        tanh, F.cross_entropy, DATA, TrainConfig(epochs=2, batch_size=16), run="r", runs_dir=tmp_path
+    ).fit(resume=True)
+    said = capsys.readouterr().err
+    assert "with new settings: model 'Sequential, 115 parameters (#" in said
+    relu_digest, tanh_digest = (m.split("(#")[1][:8] for m in said.split(" → ")[:2])
+    assert relu_digest != tanh_digest
+    # the same model again: nothing to say
+    Trainer(
+        tanh, F.cross_entropy, DATA, TrainConfig(epochs=3, batch_size=16), run="r", runs_dir=tmp_path
+    ).fit(resume=True)
+    assert "new settings" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["metrics.jsonl", "config.json", ".lock"])

@@ -217,7 +217,8 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         warn_unevaluated_metrics(self.splits, metrics, warn=main)
         self.step = self.epoch = self._position = 0  # steps, epochs, micro-batches: what a checkpoint holds
         self.settings = Settings.of(self.config)  # the lr and clipping in force
-        self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite, self._lrs.described())
+        described = self._lrs.described()
+        self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite, described, what["model"])
         self._best = BestEpoch(self.objective, self._loaders, self.record, steps[0])  # early stopping
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
 

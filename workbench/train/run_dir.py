@@ -45,6 +45,7 @@ from workbench.train.config import TrainConfig
 from workbench.train.metrics_log import METRICS_FILE
 from workbench.train.run_files import CHECKPOINT_FILE, CONFIG_FILE, open_run_file
 from workbench.train.strategy import Strategy
+from workbench.train.trained_what import ModelSummary, model_text
 
 # Changing these between a checkpoint and its resume would change the data order or the step count
 # (batch_size as the global batch: per rank × shards of the data, so the number of ranks may change).
@@ -125,10 +126,11 @@ def capture_training_state(
     config: TrainConfig,
     scheduler: dict[str, Any] | None = None,
     early_stopping: dict[str, Any] | None = None,
+    model_summary: ModelSummary | None = None,
 ) -> dict[str, Any]:
     """Everything a resume needs, as a checkpoint dict (`scheduler`: a torch scheduler's state, from
-    `TorchSchedule.state`; `early_stopping`: `BestEpoch.state`). Every rank calls it (state and RNGs are
-    gathered)."""
+    `TorchSchedule.state`; `early_stopping`: `BestEpoch.state`; `model_summary`: the model as the fit was
+    given it, which a resume compares with its own). Every rank calls it (state and RNGs are gathered)."""
     cuda = strategy.device.type == "cuda"
     return {
         "model": strategy.model_state(model),
@@ -147,6 +149,7 @@ def capture_training_state(
         "config": config.to_dict(),
         "scheduler": scheduler,
         "early_stopping": early_stopping,
+        "model_summary": model_summary,
     }
 
 
@@ -182,10 +185,13 @@ def restore_training_state(
     optimizer: torch.optim.Optimizer,
     scaler: Any,
     config: TrainConfig,
+    model_summary: ModelSummary | None = None,
 ) -> ResumedState:
     """Load the checkpoint at `path` into model, optimizer, scaler and this rank's RNGs, after checking it
     fits `config` (`check_resumable`); returns where the loop stood and the optimizer settings `config`
-    changes, which are applied (see the module docstring)."""
+    changes, which are applied (see the module docstring). `model_summary`: the model as given to the fit;
+    where the checkpoint names its own, a refusal names both, and another model whose weights fit (an
+    activation changed, say) is reported among the changes."""
     state = load_checkpoint(path, map_location=strategy.device)
     missing = [key for key in ("model", "optimizer", "config", "step", "epoch") if key not in state]
     if missing:
@@ -195,13 +201,15 @@ def restore_training_state(
     except (TypeError, ValueError) as error:
         raise ValueError(f"cannot resume from {path}: {error}") from None
     check_resumable(path, saved, state.get("data_shards", 1), config, strategy.data_world_size)
+    models = _models(state.get("model_summary"), model_summary)  # (the checkpoint's, this fit's) or None
     try:
         strategy.load_model_state(model, state["model"])
     except RuntimeError as error:  # another architecture: missing/unexpected keys, size mismatches
         details = "; ".join(line.strip() for line in str(error).splitlines()[1:4] if line.strip())
+        which = f"; it holds a {models[0]}, this is a {models[1]}" if models else ""
         raise ValueError(
-            f"cannot resume from {path}: its weights do not fit this model ({details}); build the model the "
-            "checkpoint was trained with, or start a new run"
+            f"cannot resume from {path}: its weights do not fit this model ({details}){which}; build the "
+            "model the checkpoint was trained with, or start a new run"
         ) from None
     groups = optimizer.param_groups
     built = [{name: group[name] for name in _PARAM_GROUP_KEYS if name in group} for group in groups]
@@ -211,6 +219,8 @@ def restore_training_state(
         for name in CHANGEABLE_ON_RESUME
         if getattr(saved.optimizer, name) != getattr(config.optimizer, name)
     }
+    if models and models[0] != models[1]:  # the weights fit another model: say so
+        changes["model"] = models
     # the loaded state brought the old values back: the new ones win, as the optimizer was just built with
     # them (a factory's group of its own, such as biases without weight decay, keeps its own)
     for group, values in zip(optimizer.param_groups, built, strict=False):  # the loaded groups
@@ -235,6 +245,11 @@ def restore_training_state(
     val_follows = where.step > 0 and (where.position == 0 or where.step == saved.max_steps)
     kept = state.get("scheduler"), state.get("early_stopping")
     return ResumedState(where, changes, state["lr"], *kept, val_follows=val_follows)
+
+
+def _models(saved: ModelSummary | None, given: ModelSummary | None) -> tuple[str, str] | None:
+    """The checkpoint's model and this fit's, as text, where both are known (older checkpoints name none)."""
+    return (model_text(saved), model_text(given)) if saved and given else None
 
 
 def check_resumable(

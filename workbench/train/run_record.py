@@ -25,6 +25,7 @@ from workbench.train.run_dir import (
 )
 from workbench.train.run_lock import lock_for_fit
 from workbench.train.strategy import Strategy
+from workbench.train.trained_what import ModelSummary
 
 
 class RunRecord:
@@ -42,10 +43,12 @@ class RunRecord:
         config: TrainConfig,
         overwrite: bool = False,
         scheduler: dict[str, Any] | None = None,
+        model_summary: ModelSummary | None = None,
     ) -> None:
-        """`scheduler`: the torch lr scheduler the run steps, as config.json says it (`TorchSchedule`)."""
+        """`scheduler`: the torch lr scheduler the run steps, as config.json says it (`TorchSchedule`);
+        `model_summary`: the model as given to the fit, kept in each checkpoint for a resume to compare."""
         self.run_dir, self.strategy, self.config, self.overwrite = run_dir, strategy, config, overwrite
-        self.scheduler = scheduler
+        self.scheduler, self.model_summary = scheduler, model_summary
         self.checkpoint: Path | None = None
         self._writes = run_dir is not None and strategy.is_main  # one writer, also on a shared filesystem
 
@@ -79,7 +82,9 @@ class RunRecord:
         path = agreed_resume_path(resume, self.run_dir, self.strategy, self.overwrite)
         if path is None:
             return None
-        resumed = restore_training_state(path, self.strategy, model, optimizer, scaler, self.config)
+        resumed = restore_training_state(
+            path, self.strategy, model, optimizer, scaler, self.config, self.model_summary
+        )
         if resumed.describe() and self.strategy.is_main:
             print(f"resuming from {path} with new settings: {resumed.describe()}", file=sys.stderr)
         self.checkpoint = path
@@ -107,6 +112,6 @@ class RunRecord:
         a torch scheduler's state (`TorchSchedule.state`), `early_stopping`: `BestEpoch.state`."""
         if self.run_dir is None:
             return
-        loop = (self.config, scheduler, early_stopping)
+        loop = (self.config, scheduler, early_stopping, self.model_summary)
         state = capture_training_state(self.strategy, model, optimizer, scaler, where, *loop)
         self.checkpoint = self.run_dir.save(state) if self.strategy.is_main else self.run_dir.checkpoint_path
