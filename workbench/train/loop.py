@@ -296,12 +296,8 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         interval = LogWindow()
         batches = epoch_steps(self._loaders["train"], self.epoch, self._position, self.config, self.strategy)
         from_start, steps_before = self._position == 0, self.step
-        while True:
-            fetching = time.perf_counter()
-            item = next(batches, None)
-            if item is None:
-                break
-            group, last = item
+        fetching = time.perf_counter()
+        for group, last in batches:
             ends = last or self.step + 1 == self.config.max_steps  # the epoch's or the fit's last step
             paused_at = time.perf_counter()
             stop = self._step_boundary()
@@ -335,6 +331,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
                 saving = time.perf_counter()
                 self._save()
                 interval.exclude(time.perf_counter() - saving)
+            fetching = time.perf_counter()  # the next batch's wait starts
         check_epoch_trained(self.epoch, from_start, self.step - steps_before)
         self.epoch, self._position = self.epoch + 1, 0
         if self.record.due(self.epoch) or self.record.due_at_step(self.step):  # before val, which may fail
