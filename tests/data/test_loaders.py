@@ -111,6 +111,30 @@ def test_split_loaders_pad_training_and_see_evaluation_data_once():
     assert all(loaders.test.shuffle is False for loaders in per_rank)
 
 
+def test_split_loaders_of_splits_without_test_samples_or_without_a_test_split_serve_no_test_batches():
+    """A test split of 0 samples: its loader said "n must be an integer ≥ 1, got 0"."""
+    from workbench.data import Splits
+
+    splits = split_dataset(load_dataset("digits"), (0.8, 0.2, 0.0), seed=0)
+    loaders = split_loaders(splits, 32, rank=1, world_size=2)
+    assert (len(loaders.test), loaders.test.num_samples, list(loaders.test)) == (0, 0, [])
+    assert split_loaders(Splits(splits.train, val=splits.val), 32).test is None
+    with pytest.raises(ValueError, match=r"dataset 'digits' has no samples, and remainder='pad' repeats"):
+        ShardedLoader(splits.test, 32)  # a training loader needs samples
+
+
+def test_a_torch_dataset_is_refused_with_the_loader_that_takes_it():
+    from torch.utils.data import TensorDataset
+
+    from workbench.data import Splits
+
+    data = TensorDataset(torch.randn(10, 3), torch.zeros(10))
+    with pytest.raises(ValueError, match=r"workbench.data.Dataset .*got TensorDataset; .*torch_loader\("):
+        ShardedLoader(data, 4)
+    with pytest.raises(ValueError, match=r"got TensorDataset"):
+        split_loaders(Splits(data), 4)  # a Splits of torch data is the Trainer's; its loaders: torch_loader
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

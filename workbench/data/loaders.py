@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -102,12 +103,12 @@ class ShardedLoader:
         seed: int = 0,
         remainder: str = "pad",
     ) -> None:
-        self.dataset = dataset
+        self.dataset = _check_in_memory(dataset, remainder)
         self.batch_size = check_int("batch_size", batch_size, minimum=1)
         self.rank, self.world_size = rank, world_size
         self.shuffle, self.seed, self.remainder = shuffle, seed, remainder
         self.epoch = 0
-        shard_size(len(dataset), rank=rank, world_size=world_size, remainder=remainder)  # validate now
+        _shard_size(len(dataset), rank, world_size, remainder)  # validate now
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` from the next iteration on (as DistributedSampler.set_epoch)."""
@@ -115,6 +116,8 @@ class ShardedLoader:
 
     def indices(self) -> torch.Tensor:
         """This rank's sample indices for the current epoch, in the order they will be served."""
+        if len(self.dataset) == 0:  # an empty evaluation split
+            return torch.zeros(0, dtype=torch.int64)
         return shard_indices(
             len(self.dataset),
             rank=self.rank,
@@ -128,9 +131,7 @@ class ShardedLoader:
     @property
     def num_samples(self) -> int:
         """Samples this rank serves per epoch."""
-        return shard_size(
-            len(self.dataset), rank=self.rank, world_size=self.world_size, remainder=self.remainder
-        )
+        return _shard_size(len(self.dataset), self.rank, self.world_size, self.remainder)
 
     @property
     def length(self) -> int:
@@ -145,7 +146,10 @@ class ShardedLoader:
         return math.ceil(self.num_samples / self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for batch in _on_device_of(self.indices(), self.dataset.features).split(self.batch_size):
+        order = self.indices()
+        if len(order) == 0:  # an empty split (split() would give one empty batch)
+            return
+        for batch in _on_device_of(order, self.dataset.features).split(self.batch_size):
             yield self.dataset.features[batch], self.dataset.targets[batch]
 
     def __repr__(self) -> str:
@@ -153,6 +157,28 @@ class ShardedLoader:
             f"ShardedLoader({self.dataset.name!r}, batch_size={self.batch_size}, rank={self.rank}, "
             f"world_size={self.world_size}, {self.num_samples} samples, {len(self)} batches)"
         )
+
+
+def _check_in_memory(dataset: Any, remainder: str) -> Dataset:
+    """`dataset` if it is an in-memory `Dataset` that a loader with `remainder` can serve, else a ValueError
+    that names what was given and the loader for it (an empty split serves no batches, unless padded)."""
+    if not isinstance(dataset, Dataset):
+        raise ValueError(
+            f"dataset must be a workbench.data.Dataset (features and targets in memory), got "
+            f"{type(dataset).__name__}; for a torch Dataset or DataLoader use workbench.data.torch_loader("
+            "data, batch_size, rank=..., world_size=...), or give it to the Trainer as it is"
+        )
+    if len(dataset) == 0 and remainder == "pad":
+        raise ValueError(
+            f"dataset {dataset.name!r} has no samples, and remainder='pad' repeats samples to fill every "
+            "rank's shard; give a split with samples (training needs some), or remainder='uneven'"
+        )
+    return dataset
+
+
+def _shard_size(n: int, rank: int, world_size: int, remainder: str) -> int:
+    """`shard_size`, where an empty dataset (an evaluation split of 0 samples) has empty shards."""
+    return 0 if n == 0 else shard_size(n, rank=rank, world_size=world_size, remainder=remainder)
 
 
 def _on_device_of(order: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
@@ -169,20 +195,35 @@ def _on_device_of(order: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class SplitLoaders:
-    """Loaders for three splits: train shuffles and pads; val/test keep order and see each sample once."""
+    """Loaders for three splits: train shuffles and pads; val/test keep order and see each sample once
+    (None where `Splits` has none; an empty split's loader serves no batches)."""
 
     train: ShardedLoader
-    val: ShardedLoader
-    test: ShardedLoader
+    val: ShardedLoader | None
+    test: ShardedLoader | None
 
 
 def split_loaders(
     splits: Splits, batch_size: int, *, rank: int = 0, world_size: int = 1, seed: int = 0
 ) -> SplitLoaders:
-    """The usual loaders for training on ``splits`` as rank ``rank`` of ``world_size``."""
+    """The usual loaders for training on ``splits`` (of in-memory `Dataset`s, from `split_dataset`) as
+    rank ``rank`` of ``world_size``.
+
+    Example:
+        >>> from workbench.data import load_dataset, split_dataset
+        >>> splits = split_dataset(load_dataset("digits"), (0.8, 0.2, 0.0), seed=0)  # no test samples
+        >>> loaders = split_loaders(splits, batch_size=64, rank=1, world_size=2)
+        >>> len(loaders.train), loaders.val.num_samples, len(loaders.test)
+        (12, 179, 0)
+    """
     common = {"rank": rank, "world_size": world_size, "seed": seed}
-    return SplitLoaders(
-        train=ShardedLoader(splits.train, batch_size, shuffle=True, remainder="pad", **common),
-        val=ShardedLoader(splits.val, batch_size, shuffle=False, remainder="uneven", **common),
-        test=ShardedLoader(splits.test, batch_size, shuffle=False, remainder="uneven", **common),
-    )
+
+    def evaluation(split: Dataset | None) -> ShardedLoader | None:
+        return (
+            None
+            if split is None
+            else ShardedLoader(split, batch_size, shuffle=False, remainder="uneven", **common)
+        )
+
+    train = ShardedLoader(splits.train, batch_size, shuffle=True, remainder="pad", **common)
+    return SplitLoaders(train=train, val=evaluation(splits.val), test=evaluation(splits.test))
