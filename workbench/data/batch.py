@@ -85,7 +85,12 @@ def named_tensors(batch: Any, name: str = "batch") -> Iterator[tuple[str, torch.
 
 
 def describe_batch(batch: Any) -> str:
-    """A short structural description for error messages, e.g. ``dict(x: (4, 3) float32, y: (4,) int64)``."""
+    """A short structural description for error messages.
+
+    Example:
+        >>> describe_batch({"x": torch.zeros(4, 3), "y": torch.zeros(4, dtype=torch.int64)})
+        'dict(x: (4, 3) float32, y: (4,) int64)'
+    """
     if isinstance(batch, torch.Tensor):
         return f"{tuple(batch.shape)} {str(batch.dtype).removeprefix('torch.')}"
     if isinstance(batch, Mapping):

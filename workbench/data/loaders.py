@@ -38,7 +38,14 @@ def shard_indices(
     epoch: int = 0,
     remainder: str = "pad",
 ) -> torch.Tensor:
-    """Indices (int64, 1-D) of rank ``rank``'s shard of ``range(n)`` for ``epoch``; see the module doc."""
+    """Indices (int64, 1-D) of rank ``rank``'s shard of ``range(n)`` for ``epoch``; see the module doc.
+
+    Example (10 samples on 4 ranks, in order to show the pattern):
+        >>> shard_indices(10, rank=1, world_size=4, shuffle=False)  # padded: 3 each, 0 and 1 twice in all
+        tensor([1, 5, 9])
+        >>> shard_indices(10, rank=1, world_size=4, shuffle=False, remainder="drop")
+        tensor([1, 5])
+    """
     _check_shard(n, rank, world_size, remainder)
     if shuffle:
         generator = torch.Generator().manual_seed(seed + epoch)
@@ -54,7 +61,12 @@ def shard_indices(
 
 
 def shard_size(n: int, *, rank: int = 0, world_size: int = 1, remainder: str = "pad") -> int:
-    """``len(shard_indices(...))`` for the same arguments, without building the permutation."""
+    """``len(shard_indices(...))`` for the same arguments, without building the permutation.
+
+    Example:
+        >>> [shard_size(10, rank=rank, world_size=4, remainder="uneven") for rank in range(4)]
+        [3, 3, 2, 2]
+    """
     _check_shard(n, rank, world_size, remainder)
     if remainder == "pad":
         return math.ceil(n / world_size)

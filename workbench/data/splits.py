@@ -47,7 +47,14 @@ class Splits:
 
 
 def split_size(split: Any) -> int | None:
-    """Samples in one split (0 for None; a DataLoader's dataset's; None when it has no length)."""
+    """Samples in one split (0 for None; a DataLoader's dataset's; None when it has no length).
+
+    Example:
+        >>> from torch.utils.data import DataLoader, TensorDataset
+        >>> data = TensorDataset(torch.zeros(100, 3))
+        >>> split_size(data), split_size(DataLoader(data, batch_size=8)), split_size(None)
+        (100, 100, 0)
+    """
     if split is None:
         return 0
     if isinstance(split, DataLoader):
@@ -225,6 +232,11 @@ def split_indices(
 
     Each part gets ``floor(fraction·n)`` samples; when the fractions sum to 1 the few samples left by
     rounding go to train, when they sum to less the rest is left out (a quick way to subsample).
+
+    Example:
+        >>> train, val, test = split_indices(1797, (0.8, 0.1, 0.1), seed=0)
+        >>> len(train), len(val), len(test), len(set(train.tolist()) | set(val.tolist()) | set(test.tolist()))
+        (1439, 179, 179, 1797)
     """
     fractions = _checked_fractions(fractions)
     check_int("seed", seed, minimum=0)

@@ -5,6 +5,27 @@ A save killed mid-write (``kill -9``, a power cut) leaves the previous checkpoin
 named after the writer's PID; the next save removes the temp files of writers that are gone. A full disk
 is said as such (torch reports it as "unexpected pos"), and a file that is not a readable checkpoint is
 named with what is wrong, instead of torch's internal error.
+
+Example (a run's checkpoint, then a file that is not one):
+    >>> import tempfile, torch, torch.nn.functional as F
+    >>> from pathlib import Path
+    >>> from torch.utils.data import TensorDataset
+    >>> from workbench.train import TrainConfig, Trainer
+    >>> data, runs = TensorDataset(torch.randn(64, 3), torch.arange(64) % 2), tempfile.mkdtemp()
+    >>> result = Trainer(torch.nn.Linear(3, 2), F.cross_entropy, data, TrainConfig(epochs=2, batch_size=16),
+    ...                  run="demo", runs_dir=runs, progress=False).fit()
+    >>> state = load_checkpoint(result.checkpoint)
+    >>> state["step"], state["epoch"], sorted(state["model"])
+    (8, 2, ['bias', 'weight'])
+    >>> model = torch.nn.Linear(3, 2)
+    >>> model.load_state_dict(state["model"])
+    <All keys matched successfully>
+    >>> Path(runs, "notes.pt").write_text("not a checkpoint")
+    16
+    >>> load_checkpoint(Path(runs, "notes.pt"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: .../notes.pt is not a readable checkpoint...
 """
 
 from __future__ import annotations

@@ -24,6 +24,22 @@ class Callback:
 
     A callback that shows a person the fit's progress (a `Dashboard`, a progress bar) sets `shows_progress`:
     a `Trainer` with ``progress=None`` then shows no bar of its own.
+
+    Example:
+        >>> import torch, torch.nn.functional as F
+        >>> from torch.utils.data import TensorDataset
+        >>> from workbench.train import TrainConfig, Trainer
+        >>> class Losses(Callback):
+        ...     def __init__(self):
+        ...         self.losses = []
+        ...     def on_step(self, metrics):
+        ...         self.losses.append(metrics["loss"])
+        ...     def on_fit_end(self, summary):
+        ...         print(summary["status"], "after", len(self.losses), "logged steps")
+        >>> data = TensorDataset(torch.randn(64, 3), torch.arange(64) % 2)
+        >>> config = TrainConfig(epochs=2, batch_size=16, log_every=1)
+        >>> _ = Trainer(torch.nn.Linear(3, 2), F.cross_entropy, data, config, callbacks=[Losses()]).fit()
+        finished after 8 logged steps
     """
 
     shows_progress: bool = False

@@ -91,6 +91,15 @@ class FitResult:
         best_epoch, best_step: with ``TrainConfig(early_stopping=...)``, the epoch of the best val evaluation,
             numbered from 0 as the events and the progress lines number them, and the optimizer step it came
             after (None before any evaluation).
+
+    Example:
+        >>> import torch, torch.nn.functional as F
+        >>> from torch.utils.data import TensorDataset
+        >>> data = TensorDataset(torch.randn(64, 3), torch.arange(64) % 2)
+        >>> result = Trainer(torch.nn.Linear(3, 2), F.cross_entropy, (data, data), TrainConfig(epochs=2,
+        ...                  batch_size=16), progress=False).fit()
+        >>> result.status, result.step, result.epoch, sorted(result.metrics["val"]), result.checkpoint
+        ('finished', 8, 2, ['accuracy', 'loss'], None)
     """
 
     status: str

@@ -16,7 +16,21 @@ from workbench.train.strategy import Strategy
 
 
 class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or infinite; training stopped before the optimizer step."""
+    """The training loss became NaN or infinite; training stopped before the optimizer step.
+
+    Example (one sample holds a NaN):
+        >>> import torch, torch.nn.functional as F
+        >>> from torch.utils.data import TensorDataset
+        >>> from workbench.train import TrainConfig, Trainer
+        >>> x = torch.randn(64, 3)
+        >>> x[5, 0] = float("nan")
+        >>> trainer = Trainer(torch.nn.Linear(3, 2), F.cross_entropy, TensorDataset(x, torch.arange(64) % 2),
+        ...                   TrainConfig(epochs=1, batch_size=16), progress=False)
+        >>> trainer.fit()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        workbench.train.loss_check.NonFiniteLossError: training loss became nan in steps 1-4 ...
+    """
 
 
 def loss_sum_over_ranks(strategy: Strategy, total: torch.Tensor, asked: bool = False) -> tuple[float, bool]:

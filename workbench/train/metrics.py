@@ -34,7 +34,25 @@ class MetricError(ValueError):
 
 @runtime_checkable
 class Metric(Protocol):
-    """A metric computed from sums that add over batches and ranks."""
+    """A metric computed from sums that add over batches and ranks: `sums` gives a batch's (float64, so
+    that ranks add exactly), `compute` the value from their totals.
+
+    Example (the mean confidence of the predicted class):
+        >>> import torch, torch.nn.functional as F
+        >>> from torch.utils.data import TensorDataset
+        >>> from workbench.train import TrainConfig, Trainer
+        >>> class Confidence:
+        ...     def sums(self, outputs, batch):
+        ...         top = outputs.softmax(dim=-1).max(dim=-1).values.double()
+        ...         return torch.stack([top.sum(), top.new_tensor(len(top))])
+        ...     def compute(self, totals):
+        ...         return float(totals[0] / totals[1])
+        >>> data = TensorDataset(torch.randn(64, 3), torch.arange(64) % 2)
+        >>> trainer = Trainer(torch.nn.Linear(3, 2), F.cross_entropy, (data, data), TrainConfig(epochs=1),
+        ...                   metrics={"confidence": Confidence()}, progress=False)
+        >>> sorted(trainer.fit().metrics["val"])
+        ['accuracy', 'confidence', 'loss']
+    """
 
     def sums(self, outputs: Any, batch: Any) -> torch.Tensor: ...
 

@@ -107,6 +107,18 @@ def read_metrics(run: str | os.PathLike, kind: str | None = None, *, superseded:
     step s redoes the steps after s that an earlier try logged before it failed (a crash, a non-finite
     loss, a restarted worker): their step and eval events are left out, so the run reads as it stands,
     unless `superseded` (every line as logged; the file keeps them all).
+
+    Example:
+        >>> import tempfile, torch, torch.nn.functional as F
+        >>> from torch.utils.data import TensorDataset
+        >>> from workbench.train import TrainConfig, Trainer
+        >>> data, runs = TensorDataset(torch.randn(64, 3), torch.arange(64) % 2), tempfile.mkdtemp()
+        >>> _ = Trainer(torch.nn.Linear(3, 2), F.cross_entropy, (data, data), TrainConfig(epochs=2,
+        ...             batch_size=16), run="demo", runs_dir=runs, progress=False).fit()
+        >>> [event["event"] for event in read_metrics(f"{runs}/demo")]
+        ['fit_start', 'step', 'eval', 'step', 'eval', 'fit_end']
+        >>> [event["step"] for event in read_metrics(f"{runs}/demo", "eval")]
+        [4, 8]
     """
     path = Path(run)
     if path.is_dir():
