@@ -190,7 +190,12 @@ def lost_peer(error: BaseException) -> str | None:
 
 def under_a_launcher() -> bool:
     """True in a process started by torchrun, TorchDistributor, mpirun or srun (see `detect_launch_env`;
-    ValueError when a launcher's variables are there but cannot place the process)."""
+    ValueError when a launcher's variables are there but cannot place the process).
+
+    Example (a script that runs alone or under a launcher; here, alone):
+        >>> under_a_launcher()
+        False
+    """
     return detect_launch_env() is not None
 
 

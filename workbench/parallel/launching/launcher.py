@@ -327,7 +327,12 @@ class Launch:
 
 
 def free_port(addr: str = "127.0.0.1") -> int:
-    """A TCP port on `addr` that is free right now (the OS picks it)."""
+    """A TCP port on `addr` that is free right now (the OS picks it).
+
+    Example:
+        >>> 1024 <= free_port() <= 65535
+        True
+    """
     with socket.socket() as sock:
         sock.bind((addr, 0))
         return sock.getsockname()[1]

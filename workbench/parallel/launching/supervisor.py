@@ -41,7 +41,21 @@ _STACK_WAIT_S = 0.5
 
 class WorkerFailed(RuntimeError):
     """A worker raised or was killed; every worker has been stopped. ``rank`` is the first that failed;
-    ``summary`` is the message without the traceback or stacks that follow it (what a terminal shows)."""
+    ``summary`` is the message without the traceback or stacks that follow it (what a terminal shows).
+
+    Example:
+        >>> from workbench.parallel import launch
+        >>> def fails(strategy):
+        ...     if strategy.rank == 1:
+        ...         raise ValueError("no data on this rank")
+        ...     strategy.barrier()
+        >>> try:
+        ...     launch(fails, nprocs=2, verbose=False)
+        ... except WorkerFailed as failure:
+        ...     print(failure.rank, failure.summary)
+        1 rank 1 of 2 failed: ValueError: no data on this rank
+        all 2 workers were stopped; launch again when fixed
+    """
 
     def __init__(self, message: str, rank: int, summary: str | None = None) -> None:
         super().__init__(message)

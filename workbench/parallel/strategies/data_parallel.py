@@ -26,6 +26,20 @@ class DataParallel(DistributedStrategy):
             steps (a branch, an auxiliary head): DDP then finds them after each forward (a walk of the
             graph per step), instead of waiting for their gradients forever.
         sync_control: see `DistributedStrategy` (`launch` turns it on).
+
+    Example (two processes from this one; under torchrun, ``DataParallel.from_env()``):
+        >>> import torch, torch.nn.functional as F
+        >>> from torch.utils.data import TensorDataset
+        >>> from workbench.parallel import launch
+        >>> from workbench.train import TrainConfig, Trainer
+        >>> def train(strategy):
+        ...     torch.manual_seed(0)  # the same data on every rank; each trains on its shard
+        ...     data = TensorDataset(torch.randn(64, 3), torch.arange(64) % 2)
+        ...     config = TrainConfig(epochs=1, batch_size=16)  # per rank: 32 samples a step in all
+        ...     trainer = Trainer(torch.nn.Linear(3, 2), F.cross_entropy, data, config, strategy=strategy)
+        ...     return strategy.world_size, trainer.fit().step
+        >>> launch(train, nprocs=2, strategy=DataParallel(), verbose=False)
+        (2, 2)
     """
 
     name = "data parallel"
