@@ -26,7 +26,13 @@ class CpuInfo:
 
 
 def cpu_info() -> CpuInfo:
-    """Read the CPU model, core counts and memory now."""
+    """Read the CPU model, core counts and memory now.
+
+    Example:
+        >>> info = cpu_info()
+        >>> 1 <= info.usable_cores <= info.logical_cores, 0 < info.memory_available <= info.memory_total
+        (True, True)
+    """
     memory = psutil.virtual_memory()
     logical = psutil.cpu_count(logical=True) or 1
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else logical

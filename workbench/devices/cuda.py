@@ -39,7 +39,12 @@ def _driver_library_names() -> tuple[str, ...]:
 
 
 def cuda_driver_found() -> bool:
-    """True when the CUDA driver library loads; loading it does not initialise CUDA (no ``cuInit``)."""
+    """True when the CUDA driver library loads; loading it does not initialise CUDA (no ``cuInit``).
+
+    Example (the notebooks' parameter cells size their runs by it):
+        >>> ON_GPU = cuda_driver_found()
+        >>> N_SAMPLES = 1_000_000 if ON_GPU else 20_000
+    """
     for name in _driver_library_names():
         try:
             ctypes.CDLL(name)
@@ -64,6 +69,12 @@ def choose_numba_backend(
     environ: Mapping[str, str] | None = None, *, driver_found: bool | None = None
 ) -> NumbaBackend:
     """The backend numba.cuda will use: your ``NUMBA_ENABLE_CUDASIM`` if set, else auto from the driver.
+
+    Example:
+        >>> print(choose_numba_backend({}, driver_found=False))
+        CPU simulator (auto: no CUDA driver found; NUMBA_ENABLE_CUDASIM=0 forces the GPU)
+        >>> choose_numba_backend({"NUMBA_ENABLE_CUDASIM": "1"}, driver_found=True).simulator
+        True
 
     Raises:
         ValueError: ``NUMBA_ENABLE_CUDASIM`` is set to something other than an integer.

@@ -42,7 +42,13 @@ class NvmlReport:
 
 
 def nvml_report(nvml: ModuleType | None = None) -> NvmlReport:
-    """Ask NVML for every GPU; ``nvml`` defaults to the ``pynvml`` module (nvidia-ml-py)."""
+    """Ask NVML for every GPU; ``nvml`` defaults to the ``pynvml`` module (nvidia-ml-py).
+
+    Example (the GPUs, or why NVML could not say: on a machine without an NVIDIA driver, the latter):
+        >>> report = nvml_report()
+        >>> report.error is None or report.gpus == ()
+        True
+    """
     if nvml is None:
         try:
             import pynvml as nvml
