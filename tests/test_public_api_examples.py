@@ -16,7 +16,6 @@ import pytest
 PACKAGES = ("data", "devices", "estimate", "exercises", "kernels", "monitor", "parallel", "train", "widgets")
 WITHOUT_EXAMPLE_YET = frozenset(
     [
-        "data.Dataset",
         "data.SplitLoaders",
         "data.TorchLoader",
         "devices.CpuInfo",
@@ -57,12 +56,9 @@ WITHOUT_EXAMPLE_YET = frozenset(
         "parallel.join_process_group_from_env",
         "parallel.leave_process_group",
         "parallel.run_on_spark",
-        "train.Changes",
         "train.Event",
         "train.FitPlan",
         "train.Follower",
-        "train.MetricsLog",
-        "train.Precision",
         "train.RanksStopped",
         "train.Strategy",
         "train.StrategyBase",

@@ -41,6 +41,11 @@ class Dataset:
         task: ``"classification"`` or ``"regression"``.
         num_classes: number of classes (classification only).
         info: how it was made (generator parameters, true coefficients, ...).
+
+    Example (your tensors as one; `load_dataset` gives the built-in ones):
+        >>> data = Dataset("xor", torch.randn(100, 2), torch.randint(0, 2, (100,)), "classification", 2)
+        >>> len(data), data.features.shape[1:]
+        (100, torch.Size([2]))
     """
 
     name: str

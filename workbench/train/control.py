@@ -17,7 +17,16 @@ from workbench.train.config import TrainConfig, check_lr
 
 @dataclass(frozen=True)
 class Changes:
-    """Settings to apply before the next step; None means unchanged."""
+    """Settings to apply before the next step; None means unchanged.
+
+    Example (what a loop of your own reads from a `TrainControl` a Dashboard drives, once per step):
+        >>> control = TrainControl()
+        >>> control.set_lr(0.01)  # the Dashboard's Apply
+        >>> control.at_step_boundary()
+        Changes(lr=0.01, clip_norm=None, clip_value=None, profile_steps=None)
+        >>> control.at_step_boundary().any()  # taken once
+        False
+    """
 
     lr: float | None = None
     clip_norm: float | None = None

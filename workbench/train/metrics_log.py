@@ -28,6 +28,16 @@ class MetricsLog(Callback):
     last line where a killed writer left it torn (else that fragment and the resume's ``fit_start`` would
     read as one malformed line). Lines are flushed at each evaluation, at the end, and at least once a
     second while steps come (so `follow_metrics` sees them).
+
+    Example (a loop of your own writing a run that `workbench runs` and the runs browser read):
+        >>> import tempfile
+        >>> run = tempfile.mkdtemp()
+        >>> log = MetricsLog(run)
+        >>> log.on_fit_start({"start_step": 0})
+        >>> log.on_step({"step": 1, "epoch": 0, "loss": 0.5})
+        >>> log.on_fit_end({"status": "finished", "step": 1})
+        >>> [event["event"] for event in read_metrics(run)]
+        ['fit_start', 'step', 'fit_end']
     """
 
     def __init__(self, run_dir: str | os.PathLike) -> None:

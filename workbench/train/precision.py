@@ -16,6 +16,18 @@ class Precision:
     """How forward passes run: ``fp32`` (plain), ``bf16`` (autocast) or ``fp16`` (autocast + GradScaler).
 
     Build it with `resolve_precision`, which refuses combinations the device cannot run.
+
+    Example (a step of your own loop in bf16 on the CPU; fp16 needs a GPU):
+        >>> precision = resolve_precision("bf16", torch.device("cpu"))
+        >>> with precision.autocast():
+        ...     (torch.randn(2, 3) @ torch.randn(3, 2)).dtype
+        torch.bfloat16
+        >>> precision.scaler() is None  # loss scaling is fp16's
+        True
+        >>> resolve_precision("fp16", torch.device("cpu"))
+        Traceback (most recent call last):
+        ...
+        ValueError: precision='fp16' needs a CUDA device (GradScaler); on CPU use 'bf16' or 'fp32'
     """
 
     name: str
