@@ -38,6 +38,13 @@ def join_process_group_from_env(
 
     `backend`: ``"gloo"``, ``"nccl"`` or None (the choice of `place`); `who` names the caller in the error
     raised outside any launcher; `share_cores`: False where the caller chose the threads itself.
+
+    Example (a script's start under ``torchrun --nproc-per-node 2 script.py``; `DataParallel.from_env()`
+    does it for you; run alone, it says how to start it):
+        >>> join_process_group_from_env()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        RuntimeError: join_process_group_from_env needs a launcher's variables and none are set: ...
     """
     launcher = detect_launch_env()
     if launcher is None:

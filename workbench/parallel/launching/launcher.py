@@ -136,6 +136,13 @@ class Launch:
 
     Arguments as for `launch`; `config` also gives the dashboard its initial lr/clip fields.
     `fit` runs the job (blocking) and returns rank 0's return value.
+
+    Example (in a notebook, ``Dashboard(job)`` runs it in the background instead, with its controls):
+        >>> def world(strategy):
+        ...     return strategy.world_size
+        >>> job = Launch(world, 2, verbose=False)
+        >>> job.fit()
+        2
     """
 
     def __init__(
