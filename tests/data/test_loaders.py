@@ -121,6 +121,8 @@ def test_split_loaders_of_splits_without_test_samples_or_without_a_test_split_se
     assert split_loaders(Splits(splits.train, val=splits.val), 32).test is None
     with pytest.raises(ValueError, match=r"dataset 'digits' has no samples, and remainder='pad' repeats"):
         ShardedLoader(splits.test, 32)  # a training loader needs samples
+    with pytest.raises(ValueError, match=r"rank must be in 0..world_size-1 = 0..1, got 2"):
+        ShardedLoader(splits.test, 32, rank=2, world_size=2, remainder="uneven")  # checked when empty too
 
 
 def test_a_torch_dataset_is_refused_with_the_loader_that_takes_it():

@@ -190,7 +190,8 @@ def _check_in_memory(dataset: Any, remainder: str) -> Dataset:
 
 def _shard_size(n: int, rank: int, world_size: int, remainder: str) -> int:
     """`shard_size`, where an empty dataset (an evaluation split of 0 samples) has empty shards."""
-    return 0 if n == 0 else shard_size(n, rank=rank, world_size=world_size, remainder=remainder)
+    size = shard_size(max(n, 1), rank=rank, world_size=world_size, remainder=remainder)  # checks them all
+    return 0 if n == 0 else size
 
 
 def _on_device_of(order: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
