@@ -14,12 +14,24 @@ Example (any object with ``parameters()`` and a repr; a torch module in practice
     True
     >>> model_text(summarize_model(torch.nn.LazyLinear(3))).split(" (#")[0]  # before its first forward
     'LazyLinear, lazy parameters'
+    >>> class Apply(torch.nn.Module):  # a layer whose repr shows a function, at an address per process
+    ...     def __init__(self, fn):
+    ...         super().__init__()
+    ...         self.fn = fn
+    ...     def extra_repr(self):
+    ...         return repr(self.fn)
+    >>> first, second = Apply(lambda x: x), Apply(lambda x: x)  # two addresses
+    >>> summarize_model(first)["digest"] == summarize_model(second)["digest"]
+    True
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, TypedDict
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # "<function <lambda> at 0x7f…>"
 
 
 class ModelSummary(TypedDict):
@@ -43,7 +55,8 @@ def summarize_model(model: Any) -> ModelSummary:
         parameters: int | None = sum(int(p.numel()) for p in model.parameters())
     except ValueError:  # torch.nn.LazyLinear's and the like before their first forward
         parameters = None
-    digest = hashlib.sha1(repr(model).encode(), usedforsecurity=False).hexdigest()[:8]
+    layers = _ADDRESS.sub("", repr(model))  # a function in a layer's repr: the same model in every process
+    digest = hashlib.sha1(layers.encode(), usedforsecurity=False).hexdigest()[:8]
     return ModelSummary(name=type(model).__name__, parameters=parameters, digest=digest)
 
 
