@@ -232,11 +232,9 @@ def split_loaders(
     common = {"rank": rank, "world_size": world_size, "seed": seed}
 
     def evaluation(split: Dataset | None) -> ShardedLoader | None:
-        return (
-            None
-            if split is None
-            else ShardedLoader(split, batch_size, shuffle=False, remainder="uneven", **common)
-        )
+        if split is None:
+            return None
+        return ShardedLoader(split, batch_size, shuffle=False, remainder="uneven", **common)
 
     train = ShardedLoader(splits.train, batch_size, shuffle=True, remainder="pad", **common)
     return SplitLoaders(train=train, val=evaluation(splits.val), test=evaluation(splits.test))
