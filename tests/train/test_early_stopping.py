@@ -321,3 +321,5 @@ def test_a_val_a_crash_cut_short_is_evaluated_again_when_the_fit_resumes_and_jud
         fit([0.5], resume=False)  # epoch 0's val: 0.5; epoch 1's, after its checkpoint, crashes
     result = fit([0.9, 0.8], resume=True)  # epoch 1's val again: 0.9, the best; epoch 2's: 0.8
     assert (result.epoch, result.best_epoch) == (3, 1)
+    val = [(e["epoch"], e["score"]) for e in read_metrics(tmp_path / "r", "eval") if e["split"] == "val"]
+    assert val == [(0, 0.5), (1, 0.9), (2, 0.8)]  # evaluated once, judged and logged

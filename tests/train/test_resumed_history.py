@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from workbench.train import OptimizerConfig, TrainConfig, Trainer, follow_metrics, read_metrics
+from workbench.train.metrics import MetricError
 from workbench.train.runs import summarize_run
 from workbench.widgets import LossPlot, MetricPlot
 
@@ -137,3 +138,49 @@ def test_a_line_torn_by_a_killed_writer_is_cut_before_the_resume_appends(tmp_pat
         every = read_metrics(tmp_path, kind="step", superseded=True)
         assert [e["step"] for e in every][7:] == [5, 6, 7, 8, 9]
     assert log.read_text().startswith(written)  # the complete lines are kept
+
+
+def test_a_val_a_crash_cut_short_is_evaluated_and_logged_when_the_fit_resumes(tmp_path):
+    """A crash during the val after an epoch's checkpoint (the OOM killer, a lost node) left that epoch with
+    no val row: the log, the runs browser and the live plots read as if it was never evaluated, and the
+    resume went on without it. The resume now evaluates it on the checkpoint's weights and logs it, once,
+    right after its fit_start, as the uninterrupted fit would have."""
+
+    class CrashOnCall:
+        """A val metric whose `crash_on`-th call fails (call 1 checks the first training batch)."""
+
+        def __init__(self, crash_on: int | None) -> None:
+            self.calls, self.crash_on = 0, crash_on
+
+        def __call__(self, outputs, batch) -> torch.Tensor:
+            self.calls += 1
+            if self.calls == self.crash_on:
+                raise RuntimeError("node lost")
+            return (outputs.argmax(dim=1) == batch[1]).float().mean()
+
+    class Heard:
+        def __init__(self) -> None:
+            self.events = []
+
+        def on_fit_start(self, event) -> None:
+            self.events.append(("fit_start", event["start_step"]))
+
+        def on_eval(self, event) -> None:
+            self.events.append(("eval", event["step"]))
+
+    def fit(run: str, crash_on: int | None, resume: bool = False, callbacks=()):
+        torch.manual_seed(0)
+        trainer = Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, CONFIG, run=run, runs_dir=tmp_path,
+                          metrics={"acc": CrashOnCall(crash_on)}, progress=False, callbacks=callbacks)  # fmt: skip
+        return trainer.fit(resume=resume)
+
+    fit("whole", crash_on=None)
+    with pytest.raises(MetricError, match="node lost"):
+        fit("r", crash_on=5)  # calls 2-3: the val after step 6; 4-5: after step 12, its checkpoint saved
+    assert [e["step"] for e in read_metrics(tmp_path / "r", "eval")] == [6]
+    heard = Heard()
+    assert fit("r", crash_on=None, resume=True, callbacks=[heard]).step == 18
+    assert heard.events[:2] == [("fit_start", 12), ("eval", 12)]
+    val = [(e["step"], e["epoch"], e["loss"], e["acc"]) for e in read_metrics(tmp_path / "r", "eval")]
+    whole = [(e["step"], e["epoch"], e["loss"], e["acc"]) for e in read_metrics(tmp_path / "whole", "eval")]
+    assert [row[:2] for row in val] == [(6, 0), (12, 1), (18, 2)] and val == whole

@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,14 +260,15 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         return after_interrupt(self, pressed, FitResult.of(status, where, self.report.last, self.checkpoint))
 
     def _fit(self, resume: bool | str | os.PathLike) -> str:
-        self._start(resume)
-        status = "finished"
+        resume_changes, unlogged_val = self._start(resume)
         try:
-            self.report.fit_start(self.step, (self.steps_per_epoch, self.total_steps), self._resume_changes)
-            while not fit_done(self.config, self.step, self.epoch) and not self._best.stopped:
-                if not self._run_epoch():
-                    status = "stopped"
-                    break
+            self.report.fit_start(self.step, (self.steps_per_epoch, self.total_steps), resume_changes)
+            if unlogged_val is not None:  # the val after the checkpoint, which a crash kept out of the log
+                self.report.evaluated(self.step, self.epoch - (self._position == 0), "val", unlogged_val())
+            running = True  # until a stop is requested
+            while running and not fit_done(self.config, self.step, self.epoch) and not self._best.stopped:
+                running = self._run_epoch()
+            status = "finished" if running else "stopped"
             if status == "stopped" or self._position or self.record.due(self.epoch):  # inside: after val
                 self._save()
             if status == "finished":  # the held-out split once, on the final (or best) model: never to choose
@@ -405,10 +406,9 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         at = dict(step=self.step, epoch=self.epoch, checkpoint=self.checkpoint, settings=self.settings)
         return check_finite(self.strategy, window, pending, group, self.config.precision, self.control, **at)
 
-    def _start(self, resume: bool | str | os.PathLike) -> None:
-        """Where a fit starts: from scratch (seeded), or where the checkpoint `resume` names left off."""
+    def _start(self, resume: bool | str | os.PathLike) -> tuple[str, Callable[[], dict[str, float]] | None]:
+        """Where a fit starts (seeded, or as `resume` left off); its changes, and the val its log lacks."""
         resumed = self.record.resume(resume, self.model, self.optimizer, self.scaler)
-        self._resume_changes = resumed.describe() if resumed is not None else ""
         if resumed is None:
             self.step = self.epoch = self._position = 0
             # ranks on different data draw different dropout masks; ranks sharing data draw the same ones
@@ -421,6 +421,8 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         self._best.start(resumed, val_again, self.model)
         self.instruments.start(self.step)
         self.record.write_config(self.settings)
+        unlogged = self.record.lacks_val(resumed)  # a crash during the val after the checkpoint
+        return (resumed.describe() if resumed else ""), (val_again if unlogged else None)
 
     def _save(self) -> None:
         where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))

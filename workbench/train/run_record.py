@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import torch
 
 from workbench.train.config import TrainConfig
 from workbench.train.control import Settings
+from workbench.train.metrics_log import read_metrics
 from workbench.train.run_dir import (
     LoopPosition,
     ResumedState,
@@ -89,6 +91,23 @@ class RunRecord:
             print(f"resuming from {path} with new settings: {resumed.describe()}", file=sys.stderr)
         self.checkpoint = path
         return resumed
+
+    def lacks_val(self, resumed: ResumedState | None) -> bool:
+        """Whether the fit evaluated val right after `resumed`'s checkpoint and the run's metrics log, as it
+        stands, lacks that evaluation (a crash during it); rank 0 reads the log, every rank hears its answer.
+        False for a fresh start, and without a run directory, whose fits keep no log to mend."""
+        if resumed is None or not resumed.val_follows or self.run_dir is None:
+            return False
+        logged = False
+        if self.strategy.is_main:
+            with warnings.catch_warnings():  # a line a crash cut short: the log's writer mends it
+                warnings.simplefilter("ignore")
+                with contextlib.suppress(FileNotFoundError):
+                    evals = read_metrics(self.run_dir.path, "eval")
+                    logged = any(
+                        e.get("step") == resumed.where.step and e.get("split") == "val" for e in evals
+                    )
+        return not any(self.strategy.gather_object(logged))
 
     def due(self, epoch: int) -> bool:
         """Whether a checkpoint is due after `epoch` whole epochs."""
