@@ -76,7 +76,21 @@ def check_map(kernel: Callable[..., Any]) -> str:
 
 @waits_for_learner
 def check_outer_add(kernel: Callable[..., Any]) -> str:
-    """``outer_add(a, b, out)``: a 2-D grid, ``i, j = cuda.grid(2)``, ``out[i, j] = a[i] + b[j]``."""
+    """``outer_add(a, b, out)``: a 2-D grid, ``i, j = cuda.grid(2)``, ``out[i, j] = a[i] + b[j]``.
+
+    Example (a slip, and what the check says of it):
+        >>> cuda = load_cuda()
+        >>> @cuda.jit
+        ... def outer_add(a, b, out):
+        ...     i, j = cuda.grid(2)
+        ...     if i < out.shape[0] and j < out.shape[1]:
+        ...         out[i, j] = a[i] - b[j]
+        >>> try:
+        ...     check_outer_add(outer_add)
+        ... except ExerciseMismatch as slip:
+        ...     print(slip)
+        outer_add: out[0, 1] is -1, the spec says 1 (a[0] + b[1]); 104 of 117 elements differ. Hint: ...
+    """
     a, b = np.arange(13, dtype=np.float32) * 10, np.arange(9, dtype=np.float32)
     out = _launch(kernel, (2, 2), (8, 8), [a, b], (13, 9))
     hint = "cuda.grid(2) gives (x, y): x runs along out's first axis here; guard both against out.shape"
@@ -91,6 +105,18 @@ def check_block_sum(kernel: Callable[..., Any]) -> str:
     The expected shape: each thread loads its element (or 0) into a shared array of `BLOCK_SUM_THREADS`,
     then the block halves the active threads each round (``stride`` 8, 4, 2, 1: thread ``t < stride``
     adds element ``t + stride`` to ``t``), with ``cuda.syncthreads()`` between rounds; thread 0 writes.
+
+    Example (a slip, and what the check says of it):
+        >>> cuda = load_cuda()
+        >>> @cuda.jit
+        ... def block_sum(x, out):
+        ...     if cuda.threadIdx.x == 0:  # thread 0 alone, without the block's sum
+        ...         out[cuda.blockIdx.x] = x[cuda.grid(1)]
+        >>> try:
+        ...     check_block_sum(block_sum)
+        ... except ExerciseMismatch as slip:
+        ...     print(slip)
+        block_sum: out[0] is 1, the spec says 59 (sum of x[0:16]); 5 of 5 elements differ. Hint: ...
     """
     x = np.arange(70, dtype=np.float32) % 7 + 1  # small integers: float sums are exact in any order
     out = _launch(kernel, (5,), (BLOCK_SUM_THREADS,), [x], (5,))
@@ -107,7 +133,21 @@ def check_block_sum(kernel: Callable[..., Any]) -> str:
 @waits_for_learner
 def check_tiled_matmul(kernel: Callable[..., Any]) -> str:
     """``tiled_matmul(a, b, out)``: ``out = a @ b``, each block computing a `MATMUL_TILE` square of ``out``
-    through tiles of ``a`` and ``b`` staged in shared memory (zeros past the edges)."""
+    through tiles of ``a`` and ``b`` staged in shared memory (zeros past the edges).
+
+    Example (a slip, and what the check says of it):
+        >>> cuda = load_cuda()
+        >>> @cuda.jit
+        ... def tiled_matmul(a, b, out):
+        ...     row, col = cuda.grid(2)
+        ...     if row < out.shape[0] and col < out.shape[1]:
+        ...         out[row, col] = a[row, 0] * b[0, col]  # the first product of 7
+        >>> try:
+        ...     check_tiled_matmul(tiled_matmul)
+        ... except ExerciseMismatch as slip:
+        ...     print(slip)
+        tiled_matmul: out[0, 0] is -0.062351, the spec says -1.18403 (row 0 of a · column 0 of b); ...
+    """
     rng = np.random.default_rng(0)
     a = rng.standard_normal((9, 7)).astype(np.float32)
     b = rng.standard_normal((7, 5)).astype(np.float32)
@@ -125,7 +165,21 @@ def check_tiled_matmul(kernel: Callable[..., Any]) -> str:
 
 @waits_for_learner
 def check_zip(kernel: Callable[..., Any]) -> str:
-    """``zip_add(a, b, out)``: ``out[i] = a[i] + b[i]``, one thread per element."""
+    """``zip_add(a, b, out)``: ``out[i] = a[i] + b[i]``, one thread per element.
+
+    Example (a slip, and what the check says of it):
+        >>> cuda = load_cuda()
+        >>> @cuda.jit
+        ... def zip_add(a, b, out):
+        ...     i = cuda.grid(1)
+        ...     if i < out.size:
+        ...         out[i] = a[i] + a[i]
+        >>> try:
+        ...     check_zip(zip_add)
+        ... except ExerciseMismatch as slip:
+        ...     print(slip)
+        zip_add: out[0] is 0, the spec says 198 (a[0] + b[0]); 99 of 100 elements differ. Hint: ...
+    """
     a, b = np.arange(100, dtype=np.float32), np.arange(100, dtype=np.float32)[::-1] * 2
     out = _launch(kernel, (4,), (32,), [a, np.ascontiguousarray(b)], (100,))
     hint = f"out[i] = a[i] + b[i], the same i in both; {_GUARD_HINT}"
@@ -135,7 +189,21 @@ def check_zip(kernel: Callable[..., Any]) -> str:
 
 @waits_for_learner
 def check_pool(kernel: Callable[..., Any]) -> str:
-    """``pool3(x, out)``: ``out[i]`` = the sum of ``x[i-2], x[i-1], x[i]`` (before the start counts 0)."""
+    """``pool3(x, out)``: ``out[i]`` = the sum of ``x[i-2], x[i-1], x[i]`` (before the start counts 0).
+
+    Example (a slip, and what the check says of it):
+        >>> cuda = load_cuda()
+        >>> @cuda.jit
+        ... def pool3(x, out):
+        ...     i = cuda.grid(1)
+        ...     if i < out.size:
+        ...         out[i] = x[i] + (x[i - 1] if i >= 1 else 0)  # two terms of three
+        >>> try:
+        ...     check_pool(pool3)
+        ... except ExerciseMismatch as slip:
+        ...     print(slip)
+        pool3: out[2] is 5, the spec says 6 (x[0:3] summed); 48 of 50 elements differ. Hint: ...
+    """
     x = np.arange(50, dtype=np.float32) % 9 + 1
     out = _launch(kernel, (2,), (32,), [x], (50,))
     want = np.array([x[max(0, i - 2) : i + 1].sum() for i in range(50)], dtype=np.float32)
@@ -147,7 +215,20 @@ def check_pool(kernel: Callable[..., Any]) -> str:
 @waits_for_learner
 def check_dot(kernel: Callable[..., Any]) -> str:
     """``dot(a, b, out)``: one block of `DOT_THREADS`; ``out[0] = Σ a[i]·b[i]``, the products summed in shared
-    memory (each thread stores its product, then a tree of halving strides, or thread 0 adds them)."""
+    memory (each thread stores its product, then a tree of halving strides, or thread 0 adds them).
+
+    Example (a slip, and what the check says of it):
+        >>> cuda = load_cuda()
+        >>> @cuda.jit
+        ... def dot(a, b, out):
+        ...     if cuda.threadIdx.x == 0:
+        ...         out[0] = a[0] * b[0]  # one product, not their sum
+        >>> try:
+        ...     check_dot(dot)
+        ... except ExerciseMismatch as slip:
+        ...     print(slip)
+        dot: out[0] is 0, the spec says 122 (Σ a[i]·b[i]); 1 of 1 elements differ. Hint: ...
+    """
     a = np.arange(DOT_THREADS, dtype=np.float32) % 5
     b = np.arange(DOT_THREADS, dtype=np.float32) % 3 + 1  # small integers: exact in any order
     out = _launch(kernel, (1,), (DOT_THREADS,), [a, b], (1,))
@@ -162,7 +243,21 @@ def check_dot(kernel: Callable[..., Any]) -> str:
 @waits_for_learner
 def check_conv1d(kernel: Callable[..., Any]) -> str:
     """``conv1d(a, b, out)``: ``out[i] = Σ_j a[i + j]·b[j]`` over the 4 taps of ``b``; ``a`` past its end
-    counts 0 (what deep-learning libraries call a convolution is this correlation)."""
+    counts 0 (what deep-learning libraries call a convolution is this correlation).
+
+    Example (a slip, and what the check says of it):
+        >>> cuda = load_cuda()
+        >>> @cuda.jit
+        ... def conv1d(a, b, out):
+        ...     i = cuda.grid(1)
+        ...     if i < out.size:
+        ...         out[i] = a[i] * b[0]  # the first tap of 4
+        >>> try:
+        ...     check_conv1d(conv1d)
+        ... except ExerciseMismatch as slip:
+        ...     print(slip)
+        conv1d: out[0] is 0, the spec says 9 (Σ_j a[0 + j]·b[j]); 39 of 40 elements differ. Hint: ...
+    """
     a = np.arange(40, dtype=np.float32) % 7
     b = np.array([1, 2, -1, 3], dtype=np.float32)
     out = _launch(kernel, (2,), (32,), [a, b], (40,))
@@ -177,7 +272,21 @@ def check_conv1d(kernel: Callable[..., Any]) -> str:
 def check_prefix_sum(kernel: Callable[..., Any]) -> str:
     """``prefix_sum(x, out)``: one block of `PREFIX_THREADS`; ``out[i] = x[0] + … + x[i]`` for the 13
     elements, scanned in shared memory (Hillis–Steele: for stride 1, 2, 4, 8 each thread adds the value
-    `stride` to its left, reading before anyone writes)."""
+    `stride` to its left, reading before anyone writes).
+
+    Example (a slip, and what the check says of it):
+        >>> cuda = load_cuda()
+        >>> @cuda.jit
+        ... def prefix_sum(x, out):
+        ...     t = cuda.threadIdx.x
+        ...     if t < out.size:
+        ...         out[t] = x[t]  # a copy: no running sum yet
+        >>> try:
+        ...     check_prefix_sum(prefix_sum)
+        ... except ExerciseMismatch as slip:
+        ...     print(slip)
+        prefix_sum: out[1] is 2, the spec says 3 (x[0] + … + x[1]); 12 of 13 elements differ. Hint: ...
+    """
     x = np.arange(13, dtype=np.float32) % 4 + 1
     out = _launch(kernel, (1,), (PREFIX_THREADS,), [x], (13,))
     hint = (
@@ -191,7 +300,20 @@ def check_prefix_sum(kernel: Callable[..., Any]) -> str:
 @waits_for_learner
 def check_axis_sum(kernel: Callable[..., Any]) -> str:
     """``axis_sum(x, out)``: block ``r`` sums row ``r`` of the 5 × 20 ``x`` into ``out[r]`` with
-    `AXIS_THREADS` threads: each adds every 16th element of the row from its own, then the block adds up."""
+    `AXIS_THREADS` threads: each adds every 16th element of the row from its own, then the block adds up.
+
+    Example (a slip, and what the check says of it):
+        >>> cuda = load_cuda()
+        >>> @cuda.jit
+        ... def axis_sum(x, out):
+        ...     if cuda.threadIdx.x == 0:
+        ...         out[cuda.blockIdx.x] = x[cuda.blockIdx.x, 0]  # the row's first element only
+        >>> try:
+        ...     check_axis_sum(axis_sum)
+        ... except ExerciseMismatch as slip:
+        ...     print(slip)
+        axis_sum: out[0] is 0, the spec says 46 (the sum of row 0); 5 of 5 elements differ. Hint: ...
+    """
     x = (np.arange(100, dtype=np.float32) % 6).reshape(5, 20)
     out = _launch(kernel, (5,), (AXIS_THREADS,), [x], (5,))
     hint = (

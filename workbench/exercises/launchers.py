@@ -44,7 +44,15 @@ class LauncherCase(NamedTuple):
 
 
 def launcher_cases() -> list[LauncherCase]:
-    """The environment each launcher gives the process on the second machine whose local rank is 2."""
+    """The environment each launcher gives the process on the second machine whose local rank is 2.
+
+    Example:
+        >>> [case.name for case in launcher_cases()]
+        ['torchrun', 'Open MPI', 'MPICH', 'Slurm', 'torchrun inside srun']
+        >>> mpi = launcher_cases()[1]
+        >>> mpi.how, mpi.env["OMPI_COMM_WORLD_RANK"], mpi.env["OMPI_COMM_WORLD_LOCAL_RANK"]
+        ('mpirun -np 8 --host node0:4,node1:4 -x MASTER_ADDR=node0', '6', '2')
+    """
     torchrun = {
         "RANK": "6",
         "WORLD_SIZE": "8",

@@ -43,7 +43,13 @@ _HINT = (
 def split_mlp(
     w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, ranks: int
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-    """Each rank's shards: ``w1``'s rows and ``b1`` (column-parallel), ``w2``'s columns (row-parallel)."""
+    """Each rank's shards: ``w1``'s rows and ``b1`` (column-parallel), ``w2``'s columns (row-parallel).
+
+    Example (an 8 → 16 → 4 MLP on 2 ranks):
+        >>> w1s, b1s, w2s = split_mlp(torch.randn(16, 8), torch.randn(16), torch.randn(4, 16), ranks=2)
+        >>> [tuple(w.shape) for w in w1s], [tuple(b.shape) for b in b1s], [tuple(w.shape) for w in w2s]
+        ([(8, 8), (8, 8)], [(8,), (8,)], [(4, 8), (4, 8)])
+    """
     return list(w1.chunk(ranks, 0)), list(b1.chunk(ranks, 0)), list(w2.chunk(ranks, 1))
 
 
