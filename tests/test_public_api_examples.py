@@ -16,8 +16,6 @@ import pytest
 PACKAGES = ("data", "devices", "estimate", "exercises", "kernels", "monitor", "parallel", "train", "widgets")
 WITHOUT_EXAMPLE_YET = frozenset(
     [
-        "data.SplitLoaders",
-        "data.TorchLoader",
         "devices.CpuInfo",
         "devices.CudaStatus",
         "devices.DeviceReport",
@@ -41,9 +39,6 @@ WITHOUT_EXAMPLE_YET = frozenset(
         "parallel.leave_process_group",
         "parallel.run_on_spark",
         "train.Event",
-        "train.FitPlan",
-        "train.Follower",
-        "train.RanksStopped",
         "train.Strategy",
         "train.StrategyBase",
     ]

@@ -209,7 +209,15 @@ def _on_device_of(order: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class SplitLoaders:
     """Loaders for three splits: train shuffles and pads; val/test keep order and see each sample once
-    (None where `Splits` has none; an empty split's loader serves no batches)."""
+    (None where `Splits` has none; an empty split's loader serves no batches).
+
+    Example:
+        >>> from workbench.data import Splits, load_dataset
+        >>> digits = load_dataset("digits")
+        >>> loaders = split_loaders(Splits(digits, val=digits), batch_size=100)  # no test split
+        >>> len(loaders.train), len(loaders.val), loaders.test is None
+        (18, 18, True)
+    """
 
     train: ShardedLoader
     val: ShardedLoader | None

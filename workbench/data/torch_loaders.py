@@ -247,7 +247,16 @@ class ShardedIterable(IterableDataset):
 
 class TorchLoader:
     """A DataLoader over one rank's shard with what the loop needs: `set_epoch`, `length` (None when
-    unknown, e.g. an iterable dataset without ``__len__``) and `sample_batch` (a one-sample batch)."""
+    unknown, e.g. an iterable dataset without ``__len__``) and `sample_batch` (a one-sample batch).
+
+    Example (rank 1 of 2 evaluating ten samples: every other one, in order):
+        >>> from torch.utils.data import TensorDataset
+        >>> loader = torch_loader(TensorDataset(torch.arange(10.0)), 2, rank=1, world_size=2, train=False)
+        >>> len(loader), loader.num_samples, [batch[0].tolist() for batch in loader]
+        (3, 5, [[1.0, 3.0], [5.0, 7.0], [9.0]])
+        >>> loader.sample_batch()
+        [tensor([0.])]
+    """
 
     def __init__(self, loader: DataLoader, length: int | None) -> None:
         self.loader = loader

@@ -28,7 +28,23 @@ _HOOKS = {"fit_start": "on_fit_start", "step": "on_step", "eval": "on_eval", "fi
 
 
 class Follower:
-    """The thread behind `follow_metrics`; `stop` it, or `wait` for the run's end."""
+    """The thread behind `follow_metrics`; `stop` it, or `wait` for the run's end.
+
+    Example (a log another process wrote, one line of it torn):
+        >>> import json, tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> events = [{"event": "fit_start", "start_step": 0}, {"event": "step", "step": 1, "loss": 0.5}]
+        >>> lines = [json.dumps(event) for event in events] + ['{"event": "st', '{"event": "fit_end"}']
+        >>> _ = (run / "metrics.jsonl").write_text("\\n".join(lines) + "\\n")
+        >>> class Losses:
+        ...     seen = []
+        ...     def on_step(self, event):
+        ...         self.seen.append(event["loss"])
+        >>> follower = follow_metrics(run, [Losses()], interval=0.05)
+        >>> follower.wait(timeout=10), Losses.seen, follower.skipped, follower.errors
+        (True, [0.5], 1, [])
+        >>> follower.stop()
+    """
 
     def __init__(self, path: Path, callbacks: Iterable[Callback], interval: float) -> None:
         self.path = path

@@ -51,7 +51,15 @@ class RanksStopped(OneLine, SystemExit):
     saved: each rank's script ends with exit status 128 + the signal (143 for SIGTERM), as a process that
     signal ended and as `workbench train` does, so a batch script can tell a stop it may requeue from a
     failure. Rank 0 has printed ``str(error)``. ``step``, ``checkpoint``, ``result`` and ``signal`` (None
-    on a rank that another rank's signal stopped) as in `TrainingInterrupted`."""
+    on a rank that another rank's signal stopped) as in `TrainingInterrupted`.
+
+    Example (what a rank's script ends with after SIGTERM, e.g. Slurm's warning before its time limit):
+        >>> from types import SimpleNamespace
+        >>> job = SimpleNamespace(step=40, checkpoint="runs/big/checkpoint.pt")  # what it reads of a Trainer
+        >>> stopped = RanksStopped("stopped at step 40, saved", job, None, signal.SIGTERM)
+        >>> stopped.code, stopped.step, stopped.signal.name, str(stopped)
+        (143, 40, 'SIGTERM', 'stopped at step 40, saved')
+    """
 
     def __init__(self, message: str, job: Any, result: Any, by: signal.Signals | None) -> None:
         super().__init__(128 + (by or signal.SIGTERM))

@@ -56,6 +56,21 @@ class FitPlan:
             maybe ended inside; None when the training split has no length).
         steps_per_epoch, steps: optimizer steps in an epoch and in the whole fit (None for a training split
             without a length, an IterableDataset without ``__len__``, unless max_steps gives the fit's).
+
+    Example (a one-cycle schedule over the whole fit, sized from the plan):
+        >>> import torch.nn.functional as F
+        >>> from torch.optim.lr_scheduler import OneCycleLR
+        >>> from torch.utils.data import TensorDataset
+        >>> from workbench.train import TrainConfig, Trainer
+        >>> plans = []
+        >>> def one_cycle(optimizer, plan):
+        ...     plans.append(plan)
+        ...     return OneCycleLR(optimizer, max_lr=plan.lr, total_steps=plan.steps)
+        >>> data = TensorDataset(torch.randn(64, 3), torch.arange(64) % 2)
+        >>> _ = Trainer(torch.nn.Linear(3, 2), F.cross_entropy, data, TrainConfig(epochs=2, batch_size=16),
+        ...             scheduler=LrScheduler(one_cycle, "step"), progress=False).fit()
+        >>> plans[-1]  # the plan of the fit (the Trainer built one when it was made, too)
+        FitPlan(lr=0.001, epochs=2, steps_per_epoch=4, steps=8)
     """
 
     lr: float
