@@ -170,8 +170,9 @@ def test_a_val_a_crash_cut_short_is_evaluated_and_logged_when_the_fit_resumes(tm
 
     def fit(run: str, crash_on: int | None, resume: bool = False, callbacks=()):
         torch.manual_seed(0)
+        metrics = {"acc": CrashOnCall(crash_on)}
         trainer = Trainer(nn.Linear(6, 2), F.cross_entropy, SPLITS, CONFIG, run=run, runs_dir=tmp_path,
-                          metrics={"acc": CrashOnCall(crash_on)}, progress=False, callbacks=callbacks)  # fmt: skip
+                          metrics=metrics, progress=False, callbacks=callbacks)  # fmt: skip
         return trainer.fit(resume=resume)
 
     fit("whole", crash_on=None)

@@ -24,6 +24,20 @@ Example:
     >>> step = measure_training_step(model, optimizer, functional.mse_loss, inputs, targets)
     >>> step.params, step.grads, step.activations
     (44, 44, 384)
+
+DDP's gradient buckets, logged by `counting_allreduce_hook` into a `BucketLog` (a process group of one), come
+into the `StepMemory`:
+    >>> import torch.distributed as dist
+    >>> from torch.nn.parallel import DistributedDataParallel
+    >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    >>> ddp, log = DistributedDataParallel(torch.nn.Linear(10, 1)), BucketLog()
+    >>> ddp.register_comm_hook(log, counting_allreduce_hook)
+    >>> sgd = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    >>> measure_training_step(ddp, sgd, functional.mse_loss, inputs, targets, buckets=log)
+    StepMemory(params=44, grads=44, optimizer_state=0, activations=384, buckets=44, cuda_peak=None)
+    >>> log.allreduce_bytes  # 10 weights and a bias, in fp32
+    44
+    >>> dist.destroy_process_group()
 """
 
 from __future__ import annotations
@@ -70,6 +84,10 @@ class StepMemory:
     """Bytes measured around one training step; `total` is the CPU proxy for the peak.
 
     `cuda_peak` is ``torch.cuda.max_memory_allocated`` over the step on a CUDA model, else None.
+
+    Example (the module's nn.Linear(10, 1) step: 44 bytes of weights, as many of gradients, 384 saved):
+        >>> StepMemory(params=44, grads=44, optimizer_state=0, activations=384).total
+        472
     """
 
     params: int

@@ -80,7 +80,8 @@ naming_unknown_arguments(Cluster, aliases={"gpus": "devices", "num_gpus": "devic
 
 @dataclass(frozen=True)
 class ModelProfile:
-    """What a model costs per sample, independent of precision and strategy.
+    """What a model costs per sample, independent of precision and strategy (`profile_model` measures one;
+    give one by hand for a model you do not have).
 
     Args:
         param_count: trainable parameters.
@@ -92,6 +93,13 @@ class ModelProfile:
             fp32 (log-softmax or the prediction, and the target).
         linear_param_count: parameters in nn.Linear layers (what tensor parallelism splits).
         largest_layer_param_count: parameters of the largest layer (what FSDP gathers at once).
+
+    Example (1M parameters, 4096 activations and 10 outputs a sample, bf16 autocast, AdamW):
+        >>> profile = ModelProfile(param_count=1_000_000, activation_elements=4096, output_elements=10)
+        >>> profile.activation_bytes_per_sample("bf16")  # 2 bytes each, the loss's two fp32 tensors
+        8272.0
+        >>> estimate_memory(profile, batch_size=32, precision="bf16", optimizer="adamw").activations
+        264704
     """
 
     param_count: int
@@ -114,6 +122,23 @@ class ModelProfile:
 class MemoryEstimate:
     """Bytes per device; `total` is their sum. `comm_buffers` holds what a strategy allocates for
     communication: DDP's gradient buckets, or FSDP's all-gathered largest layer (parameters, their gradients).
+
+    Example (a profile given by hand, bf16 autocast: fp32 weights and their 2-byte copies):
+        >>> from workbench.tables import text_table
+        >>> profile = ModelProfile(param_count=1_000_000, activation_elements=4096, output_elements=10)
+        >>> estimate = estimate_memory(profile, batch_size=32, precision="bf16", optimizer="adamw")
+        >>> print(text_table(["component", "bytes", "MiB"], estimate.rows()))
+        component        bytes     MiB
+        ---------------  --------  -----
+        params           6000000   5.72
+        grads            4000000   3.81
+        optimizer_state  8000000   7.63
+        activations      264704    0.25
+        temporaries      0         0.00
+        comm_buffers     0         0.00
+        total            18264704  17.42
+        >>> estimate.describe(), estimate.fits(16 * 2**20), estimate.fits(24 * 2**20)
+        ('±85%, analytic', False, True)
     """
 
     params: int
