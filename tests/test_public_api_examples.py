@@ -16,16 +16,6 @@ import pytest
 PACKAGES = ("data", "devices", "estimate", "exercises", "kernels", "monitor", "parallel", "train", "widgets")
 WITHOUT_EXAMPLE_YET = frozenset(
     [
-        "devices.CpuInfo",
-        "devices.CudaStatus",
-        "devices.DeviceReport",
-        "devices.GpuDatasheet",
-        "devices.GpuInfo",
-        "devices.NumbaBackend",
-        "devices.NvmlReport",
-        "devices.configure_numba",
-        "devices.cuda_status",
-        "monitor.NvmlReader",
         "parallel.DistributedStrategy",
         "parallel.LaunchEnv",
         "parallel.StrategySpec",

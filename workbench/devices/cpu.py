@@ -15,6 +15,12 @@ class CpuInfo:
 
     ``usable_cores`` is what this process may run on (its CPU affinity, which containers and Slurm
     narrow); memory figures are bytes.
+
+    Example (DataLoader workers for this process: one core left to the training loop):
+        >>> info = cpu_info()
+        >>> workers = min(8, info.usable_cores - 1)
+        >>> 0 <= workers < info.usable_cores <= info.logical_cores, info.memory_total >= info.memory_available
+        (True, True)
     """
 
     model: str

@@ -56,7 +56,12 @@ def cuda_driver_found() -> bool:
 
 @dataclass(frozen=True)
 class NumbaBackend:
-    """Where numba.cuda kernels run (``simulator`` True: on the CPU simulator) and why."""
+    """Where numba.cuda kernels run (``simulator`` True: on the CPU simulator) and why.
+
+    Example:
+        >>> print(NumbaBackend(True, "chosen by the caller"))
+        CPU simulator (chosen by the caller)
+    """
 
     simulator: bool
     reason: str
@@ -124,6 +129,15 @@ def configure_numba(simulator: bool | None = None) -> NumbaBackend:
     Raises:
         RuntimeError: ``numba.cuda`` was already imported with the other backend; it cannot be switched
             inside a running process (restart the kernel, then configure before importing numba.cuda).
+
+    Example (the choice holds from numba.cuda's first import: the other one is refused, and says why):
+        >>> backend = configure_numba()
+        >>> from numba import cuda
+        >>> try:
+        ...     configure_numba(simulator=not backend.simulator)
+        ... except RuntimeError as error:
+        ...     print(str(error).split(" (")[0])
+        numba.cuda was already imported on the ...; the ... was asked for
     """
     if simulator is None:
         backend = choose_numba_backend()
@@ -149,7 +163,13 @@ def configure_numba(simulator: bool | None = None) -> NumbaBackend:
 
 @dataclass(frozen=True)
 class CudaStatus:
-    """CUDA as torch and numba see it. ``error`` says why the child-process probe failed, if it did."""
+    """CUDA as torch and numba see it. ``error`` says why the child-process probe failed, if it did.
+
+    Example (no driver: no devices for torch, numba on its simulator; with one, the GPUs both see):
+        >>> status = cuda_status()
+        >>> status.driver_found or (status.torch_devices, status.numba_backend.simulator) == ((), True)
+        True
+    """
 
     driver_found: bool
     torch_version: str
@@ -214,6 +234,11 @@ def cuda_status(*, timeout: float = 120.0) -> CudaStatus:
 
     Without a CUDA driver the answer is immediate (nothing to ask). With one, torch and numba are asked
     in a child process that gets the same ``NUMBA_ENABLE_CUDASIM`` choice.
+
+    Example:
+        >>> status = cuda_status()
+        >>> status.torch_available == bool(status.torch_devices), status.torch_version.split("+")[0] > "2"
+        (True, True)
     """
     import torch  # importing torch does not initialise CUDA
 

@@ -20,6 +20,13 @@ class GpuDatasheet:
 
     ``memory_gib`` is the capacity as the datasheet prints it ("80 GB"; NVML reports slightly less),
     bandwidths are GB/s (10^9 bytes), compute is TFLOPS (10^12 FLOP/s), dense.
+
+    Example (a measured figure against the sheet, say 3.0 TB/s of copy bandwidth on an H100 SXM):
+        >>> sheet = DATASHEETS["H100 SXM"]
+        >>> sheet.memory_bandwidth_gbs, f"{3000 / sheet.memory_bandwidth_gbs:.0%} of the datasheet's"
+        (3350, "90% of the datasheet's")
+        >>> round(sheet.tf32_tflops / sheet.fp32_tflops, 1)  # what TF32 tensor cores promise over FP32
+        7.4
     """
 
     name: str

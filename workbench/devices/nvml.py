@@ -13,7 +13,15 @@ from types import ModuleType
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """One GPU. Fields NVML does not report on this device are None."""
+    """One GPU. Fields NVML does not report on this device are None.
+
+    Example (an H100 SXM as NVML fills it in; `nvml_report` gives this machine's):
+        >>> from workbench.devices import find_datasheet
+        >>> gpu = GpuInfo(0, "NVIDIA H100 80GB HBM3", None, 80 * 2**30, (9, 0), 5, 16, 5, 16, 18)
+        >>> sheet = find_datasheet(gpu.name)  # what its vendor promises, to set measurements against
+        >>> sheet.name, sheet.memory_bandwidth_gbs, f"PCIe gen {gpu.pcie_generation} x{gpu.pcie_width}"
+        ('H100 SXM', 3350, 'PCIe gen 5 x16')
+    """
 
     index: int
     name: str
@@ -29,7 +37,14 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class NvmlReport:
-    """What NVML said: the GPUs, the driver version, or why it could not be asked (``error``)."""
+    """What NVML said: the GPUs, the driver version, or why it could not be asked (``error``).
+
+    Example (GPUs and a driver, or none and the reason, e.g. "NVML unavailable: ... (no NVIDIA driver on
+    this machine?)"):
+        >>> report = nvml_report()
+        >>> report.available == (report.error is None), report.available or report.gpus == ()
+        (True, True)
+    """
 
     gpus: tuple[GpuInfo, ...]
     driver_version: str | None

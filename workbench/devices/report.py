@@ -35,7 +35,14 @@ DISTRIBUTIONS = {"workbench": DISTRIBUTION}
 
 @dataclass(frozen=True)
 class DeviceReport:
-    """The machine as workbench sees it; ``rows()`` is the table, ``str()`` prints it."""
+    """The machine as workbench sees it; ``rows()`` is the table, ``str()`` prints it.
+
+    Example (``print(device_report())`` shows it all; ``workbench doctor`` adds what to fix):
+        >>> report = device_report()
+        >>> sections = [section for section, _, _ in report.rows() if section]
+        >>> sections[:3], sections[-2:]
+        (['system', 'cpu', 'nvml'], ['cuda', 'compiler'])
+    """
 
     python: str
     platform: str

@@ -87,6 +87,15 @@ class NvmlReader:
 
     Args:
         nvml: a pynvml-like module (tests pass a stand-in); default: ``pynvml`` from nvidia-ml-py.
+
+    Example (one reading per GPU; none, and the reason, on a machine without an NVIDIA driver):
+        >>> reader = NvmlReader()
+        >>> readings = reader.read()
+        >>> bool(readings) or reader.unavailable_reason.startswith("NVML unavailable")
+        True
+        >>> all({"index", "name", "utilization", "memory_used"} <= set(reading) for reading in readings)
+        True
+        >>> reader.close()
     """
 
     def __init__(self, nvml: ModuleType | None = None) -> None:
