@@ -16,14 +16,8 @@ import pytest
 PACKAGES = ("data", "devices", "estimate", "exercises", "kernels", "monitor", "parallel", "train", "widgets")
 WITHOUT_EXAMPLE_YET = frozenset(
     [
-        "parallel.DistributedStrategy",
-        "parallel.LaunchEnv",
-        "parallel.StrategySpec",
-        "parallel.leave_process_group",
         "parallel.run_on_spark",
         "train.Event",
-        "train.Strategy",
-        "train.StrategyBase",
     ]
 )
 

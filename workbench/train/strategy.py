@@ -38,6 +38,13 @@ class Strategy(Protocol):
 
     `StrategyBase` implements every method for one process; the distributed strategies
     (the `parallel` package) override the parts they change. Only they know about ``torch.distributed``.
+
+    Example (what the loop reads of one, here `SingleDevice`'s):
+        >>> strategy = SingleDevice("cpu")
+        >>> strategy.rank, strategy.world_size, strategy.device, strategy.signalled_by_launcher
+        (0, 1, device(type='cpu'), False)
+        >>> strategy.data_rank, strategy.data_world_size, strategy.gather_object("mine")
+        (0, 1, ['mine'])
     """
 
     rank: int
@@ -112,7 +119,28 @@ class Strategy(Protocol):
 
 class StrategyBase:
     """One process's way of training, which the distributed strategies extend: a plain forward and
-    backward per micro-batch, the model's own state dicts, torch's gradient norm."""
+    backward per micro-batch, the model's own state dicts, torch's gradient norm.
+
+    Example (a strategy of your own: one device, with a figure of its own in every logged step):
+        >>> import torch.nn.functional as F
+        >>> from torch.utils.data import TensorDataset
+        >>> from workbench.train import TrainConfig, Trainer
+        >>> class CpuThreads(StrategyBase):
+        ...     device = torch.device("cpu")
+        ...     def describe(self):
+        ...         return f"1 process on cpu, {torch.get_num_threads()} threads"
+        ...     def step_details(self):
+        ...         return {"threads": torch.get_num_threads()}
+        >>> class Threads:
+        ...     seen = set()
+        ...     def on_step(self, event):
+        ...         self.seen.add(event["threads"])
+        >>> data = TensorDataset(torch.randn(64, 3), torch.arange(64) % 2)
+        >>> _ = Trainer(torch.nn.Linear(3, 2), F.cross_entropy, data, TrainConfig(epochs=1, batch_size=16),
+        ...             strategy=CpuThreads(), callbacks=[Threads()], progress=False).fit()
+        >>> Threads.seen == {torch.get_num_threads()}
+        True
+    """
 
     rank = 0
     world_size = 1

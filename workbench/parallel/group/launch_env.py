@@ -30,7 +30,15 @@ TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER
 
 @dataclass(frozen=True)
 class LaunchEnv:
-    """This process's place in a job, as its launcher described it."""
+    """This process's place in a job, as its launcher described it.
+
+    Example (srun's variables for task 3 of 4, said as torchrun's for torch.distributed's ``env://``):
+        >>> slurm = {"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4", "SLURM_LOCALID": "1",
+        ...          "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "4242"}
+        >>> detect_launch_env(slurm).variables()  # doctest: +NORMALIZE_WHITESPACE
+        {'RANK': '3', 'WORLD_SIZE': '4', 'LOCAL_RANK': '1', 'MASTER_ADDR': 'gpu07',
+         'MASTER_PORT': '24242'}
+    """
 
     launcher: str  # "torchrun", "Open MPI", "MPICH", "Slurm"
     rank: int

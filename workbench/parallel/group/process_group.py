@@ -160,6 +160,13 @@ def leave_process_group(wait_for_others: bool) -> None:
     tensors of a DDP model that a reference cycle keeps; freed at interpreter exit, they abort the process).
 
     `wait_for_others`: a barrier first, so no rank tears its connections down while another still talks.
+
+    Example (a process group of one; leaving when there is none does nothing):
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> leave_process_group(wait_for_others=True)
+        >>> dist.is_initialized()
+        False
+        >>> leave_process_group(wait_for_others=True)
     """
     if not dist.is_initialized():
         return

@@ -31,6 +31,12 @@ class DistributedStrategy(StrategyBase):
     Args:
         sync_control: broadcast rank 0's control requests (pause, stop, lr, clipping) to every rank at each
             step boundary (one tiny broadcast per step). `launch` turns it on so its dashboard can steer.
+
+    Example (built anywhere, bound later: no process group, no backend yet):
+        >>> from workbench.parallel import DataParallel
+        >>> strategy = DataParallel(sync_control=True)
+        >>> isinstance(strategy, DistributedStrategy), strategy.backend, dist.is_initialized()
+        (True, None, False)
     """
 
     name = "distributed"  # what `describe` calls the parallelism

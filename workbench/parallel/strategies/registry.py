@@ -28,7 +28,13 @@ from workbench._validate import check_choice
 
 @dataclass(frozen=True)
 class StrategySpec:
-    """One strategy: its name, what it is, where its class lives, and how it splits data and parameters."""
+    """One strategy: its name, what it is, where its class lives, and how it splits data and parameters.
+
+    Example:
+        >>> spec = STRATEGIES["fsdp+tp"]
+        >>> spec.title, spec.shards_data, spec.shards_params, spec.load().__name__
+        ('FSDP × tensor parallel on a 2-D device mesh', True, True, 'fsdp_tp')
+    """
 
     name: str
     title: str
