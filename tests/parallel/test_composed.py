@@ -15,7 +15,7 @@ import pytest
 
 from tests.parallel.test_model_parallel import TOLERANCE, Recorder, case, relative_difference, single
 from workbench.estimate import estimate_memory
-from workbench.estimate.memory import profile_model
+from workbench.estimate.profile import profile_model
 from workbench.parallel import launch
 from workbench.parallel.strategies.composed import ComposedParallel, parse_composition
 from workbench.parallel.strategies.registry import strategy_spec

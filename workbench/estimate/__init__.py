@@ -15,14 +15,8 @@ Example:
 
 from workbench.estimate.comm import CommEstimate, communication_bytes, ring_allreduce_bytes
 from workbench.estimate.measure import BucketLog, StepMemory, counting_allreduce_hook, measure_training_step
-from workbench.estimate.memory import (
-    Cluster,
-    MemoryEstimate,
-    ModelProfile,
-    estimate_memory,
-    optimizer_state_tensors,
-    profile_model,
-)
+from workbench.estimate.memory import Cluster, MemoryEstimate, estimate_memory, optimizer_state_tensors
+from workbench.estimate.profile import ModelProfile, profile_model
 from workbench.estimate.step_time import StepTimeEstimate, forward_flops, predict_step_time, training_flops
 
 __all__ = [

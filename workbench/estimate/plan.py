@@ -9,7 +9,7 @@ Example:
     >>> from workbench import models
     >>> from workbench.devices.datasheets import DATASHEETS
     >>> from workbench.estimate.hardware import hardware_from_datasheet
-    >>> from workbench.estimate.memory import profile_model
+    >>> from workbench.estimate.profile import profile_model
     >>> from workbench.estimate.step_time import training_flops
     >>> model, sample = models.mlp(64, 10), torch.zeros(1, 64)
     >>> hardware = hardware_from_datasheet(next(iter(DATASHEETS.values())))
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from workbench.estimate.comm import CommEstimate, communication_bytes
 from workbench.estimate.hardware import Hardware
-from workbench.estimate.memory import MemoryEstimate, ModelProfile, estimate_memory
+from workbench.estimate.memory import MemoryEstimate, estimate_memory
+from workbench.estimate.profile import ModelProfile
 from workbench.estimate.step_time import StepTimeEstimate, predict_step_time
 from workbench.parallel.strategies.registry import strategy_spec
 
