@@ -35,7 +35,7 @@ from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import EarlyStopping
 from workbench.train.metrics import F1, Accuracy
 from workbench.train.objective import Objective
-from workbench.train.run_dir import ResumedState
+from workbench.train.run_dir import ResumedState, val_epoch
 from workbench.train.run_record import RunRecord
 
 BEST_FILE = "best.pt"
@@ -116,8 +116,7 @@ class BestEpoch:
         where, saved = resumed.where, resumed.early_stopping
         unjudged = saved is not None and where.step > saved["judged"] and self.step != where.step
         if resumed.val_follows and unjudged:
-            epoch = where.epoch - 1 if where.position == 0 else where.epoch  # that val's epoch
-            self.after_eval(where.step, epoch, evaluate_val(), model)
+            self.after_eval(where.step, val_epoch(where.epoch, where.position), evaluate_val(), model)
 
     def _restore(self, path: Any, resumed: ResumedState) -> None:
         """The best evaluation before `resumed`'s checkpoint (from ``best.pt``), and the patience spent."""

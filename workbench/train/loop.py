@@ -65,7 +65,7 @@ from workbench.train.optim import OptimizerFactory
 from workbench.train.precision import resolve_precision
 from workbench.train.predict import predict_outputs, prediction_batches
 from workbench.train.progress import fit_progress_shown
-from workbench.train.run_dir import LoopPosition, RunDir
+from workbench.train.run_dir import LoopPosition, RunDir, val_epoch
 from workbench.train.run_record import RunRecord
 from workbench.train.step_time import NO_CLOCK, Clock, clocked_forward_backward
 from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
@@ -264,7 +264,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         try:
             self.report.fit_start(self.step, (self.steps_per_epoch, self.total_steps), resume_changes)
             if unlogged_val is not None:  # the val after the checkpoint, which a crash kept out of the log
-                self.report.evaluated(self.step, self.epoch - (self._position == 0), "val", unlogged_val())
+                self.report.evaluated(self.step, val_epoch(self.epoch, self._position), "val", unlogged_val())
             running = True  # until a stop is requested
             while running and not fit_done(self.config, self.step, self.epoch) and not self._best.stopped:
                 running = self._run_epoch()
@@ -272,7 +272,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
             if status == "stopped" or self._position or self.record.due(self.epoch):  # inside: after val
                 self._save()
             if status == "finished":  # the held-out split once, on the final (or best) model: never to choose
-                evaluated = self.epoch - (0 if self._position else 1)  # the epoch of the last val evaluation
+                evaluated = val_epoch(self.epoch, self._position)  # the epoch of the last val evaluation
                 held = self._best.finish(self.model, (self.step, evaluated), self.report.last)  # the best's
                 self.report.evaluated(self.step, max(held, 0), "test", self.evaluate("test"))
         except BaseException as error:

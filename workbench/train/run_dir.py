@@ -117,6 +117,18 @@ class LoopPosition:
     clip_value: float
 
 
+def val_epoch(epoch: int, position: int) -> int:
+    """The epoch of the val evaluated where the loop stands, `epoch` whole epochs and `position` micro-batches
+    in: the epoch just ended at an epoch's end (position 0), else the one in progress (a val within it, or
+    max_steps ending the fit there).
+
+    Example:
+        >>> val_epoch(3, 0), val_epoch(3, 5)
+        (2, 3)
+    """
+    return epoch - 1 if position == 0 else epoch
+
+
 def capture_training_state(
     strategy: Strategy,
     model: torch.nn.Module,
