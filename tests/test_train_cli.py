@@ -610,3 +610,39 @@ def test_a_warning_reads_as_a_line_of_the_command_not_as_python_source(tmp_path,
     assert capsys.readouterr().err == (
         "workbench train: warning: old (FutureWarning, /site-packages/torch/x.py:3)\n"
     )
+
+
+def test_find_lr_prints_the_range_and_a_command_that_trains_at_the_suggestion_when_pasted(tmp_path, capsys):
+    """SGD on the digits at batch 256: the preset's lr (3e-3) barely moves it in the preset's epochs; the
+    range test's printed command, pasted into a shell, trains it."""
+    import shlex
+
+    given = ["train", "digits-mlp", "--find-lr", "--optimizer", "sgd", "--batch-size", "256", "--lr", "0.003"]
+    assert main(given) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("lr        loss") and "smoothed\n" in out.splitlines()[0] + "\n"
+    assert "steps, lr 1e-07 to " in out and "(diverged)" in out
+    line = next(line for line in out.splitlines() if line.startswith("train at it: "))
+    command = shlex.split(line.removeprefix("train at it: "))
+    assert command[:3] == ["workbench", "train", "digits-mlp"] and "--optimizer sgd --lr" in line
+    assert "--batch-size 256" in line
+    assert command.count("--lr") == 1 and "--find-lr" not in command and float(command[-1]) > 0.03
+    pasted = subprocess.run(
+        [sys.executable, "-m", *command[:1], *command[1:], "--runs-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert pasted.returncode == 0, pasted.stderr[-2000:]
+    accuracy = next(line for line in pasted.stdout.splitlines() if line.startswith("val    accuracy"))
+    assert float(accuracy.split()[-1]) > 0.85, pasted.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--run", "a"], "--find-lr takes no --run"),
+        (["--strategy", "ddp"], "--strategy ddp (it runs one process)"),
+    ],
+)
+def test_find_lr_refuses_what_a_range_test_cannot_honour(extra, said, capsys):
+    assert main(["train", "digits-mlp", "--find-lr", *extra]) == 2
+    assert said in capsys.readouterr().err

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 COMMAND_FILE = "command.json"
-_ONE_START_ONLY = ("list", "resume", "overwrite", "print_command")  # what one start asks, not what a run is
+# what one start asks, not what a run is
+_ONE_START_ONLY = ("list", "resume", "overwrite", "print_command", "find_lr")
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,12 @@ def add(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
     train.add_argument(
+        "--find-lr",
+        action="store_true",
+        help="instead of training: a learning-rate range test on the preset with these options (100 steps, "
+        "lr 1e-7 to 10), its losses and the command that trains at the suggested lr",
+    )
+    train.add_argument(
         "--overwrite", action="store_true", help="start the run over if its name holds one (else refused)"
     )
     ddp = train.add_argument_group(f"several processes (--strategy {', '.join(DISTRIBUTED)})")
@@ -203,6 +209,10 @@ def run(args: argparse.Namespace) -> int:
         except ModuleNotFoundError as missing:
             print(f"workbench train: error: --log: {missing}", file=sys.stderr)
             return 2
+        if args.find_lr:
+            from workbench.cli.find_lr import find_lr_here
+
+            return find_lr_here(args)
         if args.strategy == "single":
             _refuse_distributed_options(args)
             return train_here(args, strategy=None)

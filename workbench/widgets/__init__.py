@@ -4,7 +4,8 @@
 `MemoryPlot`, `StepTimePlot` (where the time goes) and `PipelineTimeline` once the trainer reports memory,
 step times or pipeline spans; `ConsoleProgress`
 (from `workbench.train.progress`, no plotly needed) is the text fallback. `RunsBrowser` compares finished
-runs. `HardwareInspector` and `Estimator` help choose hardware and a strategy. Names are imported on first
+runs; `lr_range_figure` draws a learning-rate range test. `HardwareInspector` and `Estimator` help choose
+hardware and a strategy. Names are imported on first
 use.
 """
 
@@ -24,6 +25,7 @@ _HOMES = {
     "MemoryPlot": "workbench.widgets.memory_plot",
     "PipelineTimeline": "workbench.widgets.pipeline_timeline",
     "RunsBrowser": "workbench.widgets.runs_browser",
+    "lr_range_figure": "workbench.widgets.lr_range_plot",
     "StepTimePlot": "workbench.widgets.step_time_plot",
 }
 
