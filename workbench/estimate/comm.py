@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from workbench._validate import check_choice, check_int, check_nonnegative
 from workbench.parallel.strategies.registry import COMPOSED, DEFAULT_TP, STRATEGIES
+from workbench.train.choices import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 GRAD_BYTES = 4  # autocast keeps fp32 parameters, so gradients are reduced in fp32
 
 

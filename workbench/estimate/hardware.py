@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from workbench._validate import check_choice
 from workbench.devices.datasheets import GpuDatasheet
+from workbench.train.choices import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 # PCIe x16 bandwidth per direction, GB/s, by generation (after encoding overhead, rounded).
 _PCIE_X16_GBS = {3: 16.0, 4: 32.0, 5: 64.0, 6: 128.0}
 

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from workbench._validate import check_choice
+from workbench.train.choices import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 FP32 = 4
 HALF = 2
 # Leaf modules whose backward needs their output (ReLU keeps its result), not their input.
