@@ -641,6 +641,7 @@ def test_find_lr_prints_the_range_and_a_command_that_trains_at_the_suggestion_wh
     [
         (["--run", "a"], "--find-lr takes no --run"),
         (["--strategy", "ddp"], "--strategy ddp (it runs one process)"),
+        (["--global-batch-size", "64"], "--global-batch-size acts on several ranks"),
     ],
 )
 def test_find_lr_refuses_what_a_range_test_cannot_honour(extra, said, capsys):

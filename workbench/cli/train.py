@@ -209,12 +209,13 @@ def run(args: argparse.Namespace) -> int:
         except ModuleNotFoundError as missing:
             print(f"workbench train: error: --log: {missing}", file=sys.stderr)
             return 2
+        if args.strategy == "single":
+            _refuse_distributed_options(args)
         if args.find_lr:
             from workbench.cli.find_lr import find_lr_here
 
             return find_lr_here(args)
         if args.strategy == "single":
-            _refuse_distributed_options(args)
             return train_here(args, strategy=None)
         return train_distributed(args)
     except TrainingInterrupted as stopped:  # Ctrl-C, or SIGTERM (Slurm's time limit, Kubernetes, docker stop)

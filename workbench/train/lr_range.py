@@ -174,7 +174,7 @@ def find_lr(
         diverge: end once the smoothed loss exceeds this many times its lowest, > 1.
         trainer_options: more `Trainer` keywords: ``step_fn``, ``strategy`` (in a `launch`, every rank runs
             the same test and gets the same result; a sharded or pipelined model is put back as a checkpoint
-            loads it), ``optimizer_factory``, ``callbacks`` (a `Dashboard` shows the test live), ``progress``.
+            loads it), ``optimizer_factory``, ``callbacks`` (a `LossPlot` draws the test live), ``progress``.
 
     Example:
         >>> import torch.nn.functional as F
