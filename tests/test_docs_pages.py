@@ -69,7 +69,7 @@ BLOCKS = {
             "tests/parallel/test_slurm.py::test_a_job_past_its_time_limit_stops_saved_requeues_itself_and_resumes",
             "two nodes with 4 GPUs each: the commands inside are those of the blocks above",
         ],
-        "yaml": ["not run: needs a Kubernetes cluster; its torchrun command is the multi-node one above"],
+        "yaml": ["tests/parallel/test_kubernetes_manifest.py (each pod's command here; no cluster)"],
     },
     "install.md": {"bash": ["`make lab` and `make test`: CI runs them on a fresh machine"]},
     "your-own-model-and-data.md": {
