@@ -141,3 +141,11 @@ def test_the_suggestion_is_capped_at_a_tenth_of_the_lowest_points_lr_and_drawn_t
     assert "(a tenth of the lowest's)" in str(result)
     suggested = next(trace for trace in lr_range_figure(result).data if trace.name.startswith("suggested"))
     assert suggested.x == (pytest.approx(result.lowest_lr / 10),)
+
+
+def test_a_loss_that_goes_below_zero_is_no_divergence():
+    """A negative log-likelihood can fall below 0: "4 × the lowest" would call its first step a blow-up."""
+    data = _regression(512)
+    result = find_lr(torch.nn.Linear(16, 1), lambda out, y: F.mse_loss(out, y) - 50.0, data, _sgd(),
+                     start_lr=1e-6, end_lr=1e-2, steps=20, progress=False)  # fmt: skip
+    assert result.ended == "reached end_lr" and len(result.lrs) == 20

@@ -119,8 +119,8 @@ def steepest_fall(lrs: Sequence[float], smoothed: Sequence[float]) -> tuple[int 
     first = max(1, len(smoothed) // 10)
     if lowest - first < 2:
         return None, (
-            f"the smoothed loss was lowest at step {lowest + 1} of {len(smoothed)}, before it fell over 3 "
-            "steps: start_lr may already be too high (try a lower one) or the test too short (more steps)"
+            f"the smoothed loss was lowest at step {lowest + 1} of {len(smoothed)}, too early to see it "
+            "fall: start_lr may already be too high (try a lower one) or the test too short (more steps)"
         )
     decades = [math.log10(lr) for lr in lrs]
     fall = {i: smoothed[i + 1] - smoothed[i - 1] for i in range(first, lowest)}
@@ -145,7 +145,8 @@ class _Recorder(Callback):
         self.lrs.append(metrics["lr"])
         self.losses.append(metrics["loss"])
         smoothed = smooth(self.losses)
-        if len(smoothed) > 1 and smoothed[-1] > self.diverge * min(smoothed):
+        lowest = min(smoothed)  # a loss that can be 0 or below (a log-likelihood) stops on NaN/inf only
+        if len(smoothed) > 1 and lowest > 0 and smoothed[-1] > self.diverge * lowest:
             self.diverged = True
             self.control.stop()
 
@@ -171,7 +172,8 @@ def find_lr(
             accumulation are the test's; its lr, schedule, epochs, evaluation and early stopping are not).
         start_lr, end_lr: the lr of the first and last step, 0 < start_lr < end_lr.
         steps: optimizer steps at most, ≥ 5 (about 100 is usual).
-        diverge: end once the smoothed loss exceeds this many times its lowest, > 1.
+        diverge: end once the smoothed loss exceeds this many times its lowest, > 1 (for a loss that stays
+            above 0; one that can reach 0 or below ends on NaN/inf or at `end_lr`).
         trainer_options: more `Trainer` keywords: ``step_fn``, ``strategy`` (in a `launch`, every rank runs
             the same test and gets the same result; a sharded or pipelined model is put back as a checkpoint
             loads it), ``optimizer_factory``, ``callbacks`` (a `LossPlot` draws the test live), ``progress``.
