@@ -208,6 +208,10 @@ def _check_optimizers(page) -> None:
     labels = [text.replace("\u2007", " ") for text in warmup.locator(".widget-html").all_inner_texts()]
     assert bars == ["100%", "100%"], (bars, labels)
     assert sum("finished at step" in label for label in labels) == 2, labels
+    # the lr range test's figure: drawn with every step's smoothed loss (a plain plotly Figure, no widget)
+    lr_range = page.locator(".jp-CodeCell", has_text="lr_range_figure(lr_range)").locator(".js-plotly-plot")
+    title, points = lr_range.first.evaluate("p => [p.layout.title.text, p.data[1].y.length]")
+    assert title.startswith("lr range test") and points >= 50, (title, points)
 
 
 def _check_data_parallel(page) -> None:
