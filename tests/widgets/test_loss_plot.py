@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from workbench import models
+from workbench._smoothing import ema
 from workbench.data import load_dataset, split_dataset
 from workbench.train import OptimizerConfig, TrainConfig, Trainer
 from workbench.train.events import Callback
 from workbench.train.metrics_log import MetricsLog
 from workbench.widgets.loss_plot import LossPlot
-from workbench.widgets.series import ema
 
 
 def _fit(plot, run, steps, *, start_step=0, evals=(), loss=lambda step: 1.0 / step):

@@ -3,7 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from workbench.widgets.series import DownsampledSeries, ema
+from workbench._smoothing import ema
+from workbench.widgets.series import DownsampledSeries
 
 
 def _filled(n, max_points=1000, seed=0):

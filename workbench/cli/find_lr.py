@@ -22,11 +22,12 @@ def find_lr_here(args: argparse.Namespace) -> int:
     from workbench.train import find_lr
     from workbench.train.progress import ConsoleProgress
 
-    given = [said for name, said in _NOT_WITH.items() if getattr(args, name)]
-    if args.strategy != "single" or given:
-        given += [f"--strategy {args.strategy} (it runs one process)"] if args.strategy != "single" else []
+    refused = [said for name, said in _NOT_WITH.items() if getattr(args, name)]
+    if args.strategy != "single":
+        refused.append(f"--strategy {args.strategy} (it runs one process)")
+    if refused:
         raise ValueError(
-            f"--find-lr takes no {', '.join(given)}: find the lr first, then train with the printed command"
+            f"--find-lr takes no {', '.join(refused)}: find the lr first, then train with the printed command"
         )
     e = experiment_from(args)
     result = find_lr(e.model, e.loss_fn, e.splits, e.config, callbacks=[ConsoleProgress()])

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from workbench._smoothing import ema
 from workbench._validate import check_int
 from workbench.data import Splits, as_splits
 from workbench.train.config import TrainConfig
@@ -98,17 +99,10 @@ class LrRange:
         )
 
 
-def smooth(losses: Sequence[float], beta: float = SMOOTHING) -> tuple[float, ...]:
-    """The exponential moving average of `losses`, bias-corrected (its first value is the first loss).
-
-    >>> smooth([1.0, 0.0], beta=0.5)
-    (1.0, 0.3333333333333333)
-    """
-    average, out = 0.0, []
-    for count, loss in enumerate(losses, start=1):
-        average = beta * average + (1 - beta) * loss
-        out.append(average / (1 - beta**count))
-    return tuple(out)
+def smooth(losses: Sequence[float]) -> tuple[float, ...]:
+    """`losses` through the range test's moving average (`ema` at `SMOOTHING`, debiased: it starts at the
+    first loss)."""
+    return tuple(ema(losses, SMOOTHING).tolist())
 
 
 def steepest_fall(lrs: Sequence[float], smoothed: Sequence[float]) -> tuple[int | None, str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from workbench._smoothing import ema
 from workbench._validate import check_int
 from workbench.train.events import Callback, Event, evaluation_metrics
 from workbench.train.metrics_log import read_metrics
@@ -36,7 +37,7 @@ from workbench.widgets.curve_style import (
 from workbench.widgets.live_figure import MIN_HEIGHT, TEMPLATE, LiveFigure
 from workbench.widgets.metric_plot import metric_label
 from workbench.widgets.panels import MARGIN, legend_layout, panel_layout
-from workbench.widgets.series import DownsampledSeries, ema
+from workbench.widgets.series import DownsampledSeries
 
 
 @dataclass

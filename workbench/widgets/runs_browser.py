@@ -19,6 +19,7 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.colors
 
+from workbench._smoothing import ema
 from workbench._validate import check_positive
 from workbench.tables import html_table
 from workbench.train.metrics_log import METRICS_FILE
@@ -36,7 +37,6 @@ from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets._figure_widget import FigureWidget
 from workbench.widgets._kernel import acknowledge_widget_message
 from workbench.widgets.metric_plot import metric_label
-from workbench.widgets.series import ema
 
 _COLORS = plotly.colors.qualitative.Plotly
 
