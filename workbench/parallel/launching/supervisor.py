@@ -41,7 +41,8 @@ _STACK_WAIT_S = 0.5
 
 class WorkerFailed(RuntimeError):
     """A worker raised or was killed; every worker has been stopped. ``rank`` is the first that failed;
-    ``summary`` is the message without the traceback or stacks that follow it (what a terminal shows).
+    ``summary`` is the message without the traceback or stacks that follow it (what a terminal shows): the
+    cause first, then (when they came in time) what the other ranks raised because of it.
 
     Example:
         >>> from workbench.parallel import launch
@@ -52,8 +53,10 @@ class WorkerFailed(RuntimeError):
         >>> try:
         ...     launch(fails, nprocs=2, verbose=False)
         ... except WorkerFailed as failure:
-        ...     print(failure.rank, failure.summary)
-        1 rank 1 of 2 failed: ValueError: no data on this rank
+        ...     lines = failure.summary.splitlines()
+        ...     print(failure.rank, lines[0], lines[-1], sep="\\n")
+        1
+        rank 1 of 2 failed: ValueError: no data on this rank
         all 2 workers were stopped; launch again when fixed
     """
 
