@@ -100,6 +100,19 @@ def test_resume_continues_a_stopped_run(tmp_path, capsys):
     assert [e["start_step"] for e in read_metrics(tmp_path / "r", kind="fit_start")] == [0, 46]
 
 
+def test_ema_decay_trains_a_run_whose_config_and_checkpoint_keep_the_average(tmp_path, capsys):
+    import json
+
+    args = ["train", "digits-mlp", "--epochs", "2", "--ema-decay", "0.99", "--run", "e", "--runs-dir"]
+    assert main([*args, str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "e" / "config.json").read_text())["ema_decay"] == 0.99
+    saved = torch.load(tmp_path / "e" / "checkpoint.pt", weights_only=True)
+    assert (
+        saved["weight_average"]["updates"] == 46
+        and saved["weight_average"]["model"].keys() == saved["model"].keys()
+    )
+
+
 def test_a_second_fresh_run_under_the_same_name_is_refused_unless_overwrite(tmp_path, capsys):
     args = ["train", "regression-linear", "--epochs", "1", "--run", "r", "--runs-dir", str(tmp_path)]
     assert main(args) == 0
@@ -143,6 +156,7 @@ def test_a_restart_before_the_first_checkpoint_starts_over(
         (["--batch-size", "0"], "batch_size must be an integer in 1.."),
         (["--threads", "0"], "--threads must be ≥ 1"),
         (["--n-samples", "-5"], "n_samples"),
+        (["--ema-decay", "1"], "ema_decay must be a finite number > 0 and < 1, got 1.0"),
     ],
 )
 def test_bad_values_exit_2_with_the_field_named(args, message, capsys):

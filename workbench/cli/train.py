@@ -49,6 +49,11 @@ def add(commands: argparse._SubParsersAction) -> None:
         "--eval-every-steps", type=int, help="evaluate val also every this many steps within an epoch"
     )
     train.add_argument(
+        "--ema-decay",
+        type=float,
+        help="evaluate and keep an exponential moving average of the weights with this decay (e.g. 0.999)",
+    )
+    train.add_argument(
         "--checkpoint-every-steps", type=int, help="with --run: save a checkpoint also every this many steps"
     )
     train.add_argument("--seed", type=int)

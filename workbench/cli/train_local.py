@@ -31,6 +31,7 @@ _CHANGEABLE = (
     "eval_every_steps",
     "max_steps",
     "checkpoint_every_steps",
+    "ema_decay",
 )
 
 

@@ -37,6 +37,7 @@ from workbench.train.metrics import F1, Accuracy
 from workbench.train.objective import Objective
 from workbench.train.run_dir import ResumedState, val_epoch
 from workbench.train.run_record import RunRecord
+from workbench.train.weight_average import WeightAverage
 
 BEST_FILE = "best.pt"
 
@@ -45,17 +46,25 @@ class BestEpoch:
     """The best epoch of one trainer's fits under its config's early stopping rule (``record.config``; None:
     no early stopping, and every method does nothing).
 
-    Raises ValueError when the rule cannot be followed, naming the fix: no val split to watch, a metric the
-    Trainer does not compute, or a metric of yours whose better direction only ``mode=`` can say; warns
+    With a moving average of the weights (`average`, ``ema_decay``), the averaged weights are evaluated, so
+    they are the ones kept. Raises ValueError when the rule cannot be followed, naming the fix: no val split
+    to watch, a metric the Trainer does not compute, or a metric of yours whose better direction only
+    ``mode=`` can say; warns
     (on the main rank) when ``max_steps`` ends the fit before any epoch's end (`steps_per_epoch`: None when
     unknown), where it judges.
     """
 
     def __init__(
-        self, objective: Objective, loaders: Mapping[str, Any], record: RunRecord, steps_per_epoch: int | None
+        self,
+        objective: Objective,
+        loaders: Mapping[str, Any],
+        record: RunRecord,
+        steps_per_epoch: int | None,
+        average: WeightAverage,
     ) -> None:
         rule: EarlyStopping | None = record.config.early_stopping
         self.rule, self.strategy, self.run_dir = rule, record.strategy, record.run_dir
+        self.average = average
         self.within_epochs = record.config.eval_every_steps is not None  # val comes within epochs too
         self.value: float | None = None
         self.epoch: int | None = None  # the 0-based epoch of the val evaluation that gave `value`
@@ -159,9 +168,10 @@ class BestEpoch:
         if self._improves(value):
             self.value, self.epoch, self.step, self.waited = value, epoch, step, 0
             self.metrics = dict(metrics)
-            if self.rule.restore_best:
-                self._weights = _local_state(model)
-            self._write(model)
+            with self.average.applied():  # the weights evaluated
+                if self.rule.restore_best:
+                    self._weights = _local_state(model)
+                self._write(model)
         elif self.epoch is not None:
             self.waited += 1
             self.stopped = self.waited >= self.rule.patience
@@ -171,7 +181,9 @@ class BestEpoch:
     ) -> int:
         """At the end of a finished fit whose last val evaluation came after step and epoch `last`: give
         `model` the best evaluation's weights (``restore_best``), its val metrics to `metrics` (the fit's last
-        metrics per split), and say so on rank 0. Returns the epoch whose weights the model has."""
+        metrics per split), and say so on rank 0; else the averaged weights (``ema_decay``), or the last.
+        Returns the epoch whose weights the model has."""
+        self.average.finish()  # the weights evaluated last: the average's
         last_step, last_epoch = last
         if self.rule is None or self.epoch is None:
             return last_epoch

@@ -178,6 +178,9 @@ class TrainConfig:
             takes, ending inside an epoch if it falls there (val is evaluated and a checkpoint saved there);
             for streaming data (an IterableDataset without an end) and runs counted in steps, ≥ 1; None: the
             fit is `epochs` long.
+        ema_decay: keep an exponential moving average of the weights with this decay (0.999: about the
+            last 1000 steps), which val and test evaluate and the model holds when the fit ends (see
+            `workbench.train.weight_average`), in (0, 1); None: the trained weights, unaveraged.
 
     Example:
         >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
@@ -211,6 +214,7 @@ class TrainConfig:
     eval_every_steps: int | None = None
     max_steps: int | None = None
     checkpoint_every_steps: int | None = None
+    ema_decay: float | None = None
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -236,6 +240,8 @@ class TrainConfig:
         if self.checkpoint_every_steps is not None:
             check_int("checkpoint_every_steps", self.checkpoint_every_steps, minimum=1)
         check_choice("device", self.device, DEVICES)
+        if self.ema_decay is not None:
+            _check_number("ema_decay", self.ema_decay, above=0, below=1)
         if self.profile_steps is not None:
             _check_profile_steps(self.profile_steps)
         if isinstance(self.compile, bool):
@@ -332,6 +338,8 @@ PEERS_NAMES = {
     "save_steps": "checkpoint_every_steps",
     "every_n_train_steps": "checkpoint_every_steps",
     "total_steps": "max_steps",
+    "model_ema_decay": "ema_decay",
+    "ema": "ema_decay",
     "train_steps": "max_steps",
 }
 # Lightning's and Accelerate's names for our precisions (autocast ones: "bf16-true" casts the weights)

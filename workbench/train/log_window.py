@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -36,6 +38,15 @@ class LogWindow:
     def exclude(self, seconds: float) -> None:
         """Time not spent training (a pause) leaves the throughput alone."""
         self.excluded += seconds
+
+    @contextlib.contextmanager
+    def excluding(self) -> Iterator[None]:
+        """The time inside (an evaluation, a checkpoint) is no step's: it leaves the throughput alone."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.exclude(time.perf_counter() - started)
 
     def loss_sum_with(self, pending: torch.Tensor | None) -> torch.Tensor | None:
         """The window's loss sum plus `pending` (a step not yet added); None when there is neither."""

@@ -72,6 +72,7 @@ from workbench.train.strategy import Batch, LossFn, SingleDevice, Strategy
 from workbench.train.supervision import supervised_config, supervised_control_and_callbacks
 from workbench.train.trained_what import trained_what
 from workbench.train.trainer_keywords import PeersAttributes, explaining_unknown_keywords
+from workbench.train.weight_average import WeightAverage
 
 __all__ = ["Batch", "FitResult", "LossFn", "NonFiniteLossError", "StepFn", "Trainer"]
 
@@ -228,7 +229,8 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         self.settings = Settings.of(self.config)  # the lr and clipping in force
         described = self._lrs.described()
         self.record = RunRecord(self.run_dir, self.strategy, self.config, overwrite, described, what["model"])
-        self._best = BestEpoch(self.objective, self._loaders, self.record, steps[0])  # early stopping
+        self._average = WeightAverage(self.config.ema_decay, self.model, self.strategy)  # None: no average
+        self._best = BestEpoch(self.objective, self._loaders, self.record, steps[0], self._average)
         self.instruments = StepInstruments(self.config, self.device, self.rank, self.record.folder, *steps)
 
     @property
@@ -289,7 +291,8 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         if split not in self._loaders:
             return {}  # an empty split
         model = self.strategy.unwrap(self.model)  # ranks see different numbers of batches: no DDP here
-        return evaluate_shard(model, self._loaders[split], self.strategy, self.objective, self.precision)
+        with self._average.applied():  # within a fit, the averaged weights (ema_decay)
+            return evaluate_shard(model, self._loaders[split], self.strategy, self.objective, self.precision)
 
     def predict(self, data: Any) -> Any:
         """The model's outputs on `data` (a split's name, a tensor of inputs, a Dataset or a DataLoader that
@@ -332,15 +335,13 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
                 return True
             every = self.config.eval_every_steps
             if every and self.step % every == 0 and not ends:  # val within the epoch too; its end evaluates
-                evaluating = time.perf_counter()
-                self._val(self.epoch)
-                interval.exclude(time.perf_counter() - evaluating)  # evaluating is no step's time
+                with interval.excluding():  # evaluating is no step's time
+                    self._val(self.epoch)
                 if self._best.stopped:
                     return True  # early stopping's patience ran out within the epoch
             if self.record.due_at_step(self.step) and not ends:  # the epoch's (or fit's) end saves below
-                saving = time.perf_counter()
-                self._save()
-                interval.exclude(time.perf_counter() - saving)
+                with interval.excluding():
+                    self._save()
             fetching = time.perf_counter()  # the next batch's wait starts
         check_epoch_trained(self.epoch, from_start, self.step - steps_before)
         self.epoch, self._position = self.epoch + 1, 0
@@ -378,6 +379,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         limits = dict(clip_value=settings.clip_value, clip_norm=settings.clip_norm, measure=check is not None)
         grad_norm = gradients.clip_(self.model.parameters(), norm_of=self.strategy.total_norm, **limits)
         self._lrs.step_optimizer(self.optimizer, self.scaler, self.step, self.settings.lr)  # at its lrs
+        self._average.update()
         clock.mark("optimizer")
         self.instruments.optimizer_stepped(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
@@ -385,8 +387,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         return step_loss, samples, grad_norm, checked_sum
 
     def _step_boundary(self) -> bool:
-        """Apply control requests (waiting while paused), rank 0's on every rank at the same step; True if
-        training should stop."""
+        """Apply rank 0's control requests on every rank at this step (waiting while paused); True: stop."""
         changes = self.control.at_step_boundary() if self.strategy.is_main else Changes()
         changes, stop = self.strategy.sync_requests(changes, self.control.stop_requested)
         if changes.profile_steps is not None:
@@ -396,13 +397,13 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         return stop
 
     def _ending(self) -> dict[str, Any]:
-        """The instruments stopped; what the last event adds: the checkpoint, compile totals, best epoch."""
+        """Instruments stopped, the model given the averaged weights (ema_decay); the last event's extras."""
         self.instruments.finish()
+        self._average.finish()
         return {"checkpoint": self.checkpoint, **self.instruments.summary(), **self._best.summary()}
 
     def _check_finite(self, window: LogWindow, pending: torch.Tensor | None = None, group=()) -> float | None:
-        """The loss sum since the last check, over ranks (`check_finite`: raises if NaN or infinite; a rank's
-        `ask_stop` becomes every rank's stop)."""
+        """The loss sum over ranks since the last check (`check_finite`: raises if NaN or infinite)."""
         at = dict(step=self.step, epoch=self.epoch, checkpoint=self.checkpoint, settings=self.settings)
         return check_finite(self.strategy, window, pending, group, self.config.precision, self.control, **at)
 
@@ -411,11 +412,11 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         resumed = self.record.resume(resume, self.model, self.optimizer, self.scaler)
         if resumed is None:
             self.step = self.epoch = self._position = 0
-            # ranks on different data draw different dropout masks; ranks sharing data draw the same ones
-            torch.manual_seed(self.config.seed + self.strategy.data_rank)
+            torch.manual_seed(self.config.seed + self.strategy.data_rank)  # each data shard its dropout masks
         else:  # a LoopPosition: step, epoch, position, then the settings (as `_save` writes it)
             self.step, self.epoch, self._position, *settings = dataclasses.astuple(resumed.where)
             self.settings = Settings(*settings)
+        self._average.start(resumed)
         val_again = functools.cache(lambda: self.evaluate("val"))  # the val after the checkpoint, once
         self._lrs.begin(self.optimizer, resumed, self.settings.lr, val_again)
         self._best.start(resumed, val_again, self.model)
@@ -426,8 +427,8 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
 
     def _save(self) -> None:
         where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))
-        states = (self.model, self.optimizer, self.scaler, self._lrs.state(), self._best.state())
-        self.record.save(where, *states)
+        loop = (self._lrs.state(), self._best.state(), self._average)
+        self.record.save(where, self.model, self.optimizer, self.scaler, *loop)
 
 
 def _train_mode(model: torch.nn.Module, strategy: Strategy) -> None:

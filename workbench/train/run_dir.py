@@ -139,10 +139,12 @@ def capture_training_state(
     scheduler: dict[str, Any] | None = None,
     early_stopping: dict[str, Any] | None = None,
     model_summary: ModelSummary | None = None,
+    weight_average: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything a resume needs, as a checkpoint dict (`scheduler`: a torch scheduler's state, from
     `TorchSchedule.state`; `early_stopping`: `BestEpoch.state`; `model_summary`: the model as the fit was
-    given it, which a resume compares with its own). Every rank calls it (state and RNGs are gathered)."""
+    given it, which a resume compares with its own; `weight_average`: `WeightAverage.state`). Every rank
+    calls it (state and RNGs are gathered)."""
     cuda = strategy.device.type == "cuda"
     return {
         "model": strategy.model_state(model),
@@ -162,6 +164,7 @@ def capture_training_state(
         "scheduler": scheduler,
         "early_stopping": early_stopping,
         "model_summary": model_summary,
+        "weight_average": weight_average,
     }
 
 
@@ -173,10 +176,11 @@ _PARAM_GROUP_KEYS = ("weight_decay", "betas", "momentum", "nesterov")  # lr is s
 @dataclass(frozen=True)
 class ResumedState:
     """What `restore_training_state` found: where the loop stood, the optimizer settings the new config
-    changes (name → (at the save, now)), the lr in force at the save, a torch scheduler's state and early
-    stopping's (None without one, or from a checkpoint older than it). `val_follows`: the fit evaluated val
-    right after this save (an epoch's end, or max_steps reached inside an epoch, save first), so what judges
-    evaluations (early stopping, an every="eval" scheduler) may have one to catch up on."""
+    changes (name → (at the save, now)), the lr in force at the save, a torch scheduler's state, early
+    stopping's and the weight average's (None without one, or from a checkpoint older than it).
+    `val_follows`: the fit evaluated val right after this save (an epoch's end, or max_steps reached inside
+    an epoch, save first), so what judges evaluations (early stopping, an every="eval" scheduler) may have
+    one to catch up on."""
 
     where: LoopPosition
     changes: dict[str, tuple[Any, Any]]
@@ -184,6 +188,7 @@ class ResumedState:
     scheduler: dict[str, Any] | None = None
     early_stopping: dict[str, Any] | None = None
     val_follows: bool = False
+    weight_average: dict[str, Any] | None = None
 
     def describe(self) -> str:
         """The changes as one line, e.g. ``lr 0.003 → 0.0001, weight_decay 0.0 → 0.5``; "" when none."""
@@ -253,10 +258,13 @@ def restore_training_state(
         clipping[name] = asked if asked != before else state[name]
         if asked != before:
             changes[name] = (state[name], asked)
+    if saved.ema_decay != config.ema_decay:  # from the resumed weights where the checkpoint kept no average
+        changes["ema_decay"] = (saved.ema_decay, config.ema_decay)
     where = LoopPosition(state["step"], state["epoch"], state["position"], lr, **clipping)
     val_follows = where.step > 0 and (where.position == 0 or where.step == saved.max_steps)
     kept = state.get("scheduler"), state.get("early_stopping")
-    return ResumedState(where, changes, state["lr"], *kept, val_follows=val_follows)
+    average = state.get("weight_average")
+    return ResumedState(where, changes, state["lr"], *kept, val_follows=val_follows, weight_average=average)
 
 
 def _models(saved: ModelSummary | None, given: ModelSummary | None) -> tuple[str, str] | None:

@@ -28,6 +28,7 @@ from workbench.train.run_dir import (
 from workbench.train.run_lock import lock_for_fit
 from workbench.train.strategy import Strategy
 from workbench.train.trained_what import ModelSummary
+from workbench.train.weight_average import WeightAverage
 
 
 class RunRecord:
@@ -126,11 +127,14 @@ class RunRecord:
         scaler: Any,
         scheduler: Any = None,
         early_stopping: Any = None,
+        weight_average: WeightAverage | None = None,
     ) -> None:
         """Rank 0 writes the checkpoint (every rank takes part in gathering the state and RNGs); `scheduler`:
-        a torch scheduler's state (`TorchSchedule.state`), `early_stopping`: `BestEpoch.state`."""
+        a torch scheduler's state (`TorchSchedule.state`), `early_stopping`: `BestEpoch.state`,
+        `weight_average`: the fit's moving average of the weights."""
         if self.run_dir is None:
             return
-        loop = (self.config, scheduler, early_stopping, self.model_summary)
+        average = None if weight_average is None else weight_average.state()
+        loop = (self.config, scheduler, early_stopping, self.model_summary, average)
         state = capture_training_state(self.strategy, model, optimizer, scaler, where, *loop)
         self.checkpoint = self.run_dir.save(state) if self.strategy.is_main else self.run_dir.checkpoint_path

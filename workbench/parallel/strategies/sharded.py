@@ -66,6 +66,12 @@ class ShardedStrategy(DistributedStrategy):
     ) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
+        saved = state.get("state", {}).values()
+        if not any(torch.is_tensor(v) and v.dim() > 0 for entry in saved for v in entry.values()):
+            # nothing to shard (plain SGD keeps no state), where torch's loader finds no device and asserts
+            for group, kept in zip(optimizer.param_groups, state.get("param_groups", []), strict=False):
+                group.update({name: value for name, value in kept.items() if name != "params"})
+            return
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
