@@ -49,9 +49,8 @@ class BestEpoch:
     With a moving average of the weights (`average`, ``ema_decay``), the averaged weights are evaluated, so
     they are the ones kept. Raises ValueError when the rule cannot be followed, naming the fix: no val split
     to watch, a metric the Trainer does not compute, or a metric of yours whose better direction only
-    ``mode=`` can say; warns
-    (on the main rank) when ``max_steps`` ends the fit before any epoch's end (`steps_per_epoch`: None when
-    unknown), where it judges.
+    ``mode=`` can say; warns (on the main rank) when ``max_steps`` ends the fit before any epoch's end
+    (`steps_per_epoch`: None when unknown), where it judges.
     """
 
     def __init__(

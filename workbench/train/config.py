@@ -339,7 +339,6 @@ PEERS_NAMES = {
     "every_n_train_steps": "checkpoint_every_steps",
     "total_steps": "max_steps",
     "model_ema_decay": "ema_decay",
-    "ema": "ema_decay",
     "train_steps": "max_steps",
 }
 # Lightning's and Accelerate's names for our precisions (autocast ones: "bf16-true" casts the weights)
