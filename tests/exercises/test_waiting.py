@@ -21,6 +21,7 @@ from workbench.exercises import (
     check_scale_update,
     check_tensor_parallel_mlp,
     check_tiled_matmul,
+    check_weight_average,
     check_zip,
     your_turn,
 )
@@ -55,6 +56,7 @@ CHECKS = [
     (check_blocks_per_sm, (stub,)),
     (check_optimizer_step, (stub, "adam")),
     (check_lr_schedule, (stub,)),
+    (check_weight_average, (stub,)),
     (check_ring_all_reduce, (stub,)),  # on ranks in notebook 03; a stub is answered before any collective
     (check_zero_bytes, (stub,)),
     (check_schedules, (stub, stub)),

@@ -6,6 +6,7 @@ first place they differ (which setting, which step, by how much) and a hint. Giv
 still calls `your_turn`), a check says "not attempted yet" instead (`workbench.exercises.waiting`).
 """
 
+from workbench.exercises.averaging import check_weight_average
 from workbench.exercises.grad_scaler import check_scale_update, simulate_loss_scaling
 from workbench.exercises.kernels import (
     check_axis_sum,
@@ -54,6 +55,7 @@ __all__ = [
     "check_scale_update",
     "check_tensor_parallel_mlp",
     "check_tiled_matmul",
+    "check_weight_average",
     "check_zip",
     "follow_trajectory",
     "launcher_cases",
