@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import torch
 
-from workbench.exercises.mismatch import ExerciseMismatch
-from workbench.exercises.waiting import YourTurn, waits_for_learner
+from workbench.exercises.mismatch import ExerciseMismatch, learners_code
+from workbench.exercises.waiting import waits_for_learner
 from workbench.train.strategy import SingleDevice
 from workbench.train.weight_average import WARMUP, WeightAverage
 
@@ -52,14 +52,8 @@ def check_weight_average(ema_update: Callable[[torch.Tensor, torch.Tensor, float
             weights = model.weight.detach().clone()
             before = average.clone()
             call = f"{name}(average, weights, decay={decay}, updates={updates})"
-            try:
+            with learners_code(call, _HINT):
                 ema_update(average, weights, decay, updates)
-            except YourTurn:  # a stub of the learner's: "not attempted yet", not a mismatch
-                raise
-            except Exception as error:  # the learner's code: say where it broke, in their terms
-                raise ExerciseMismatch(
-                    f"{call} raised {type(error).__name__}: {error}. Hint: {_HINT}"
-                ) from error
             with trainer_average.applied():
                 want = model.weight.detach().clone()
             if not torch.allclose(average, want, rtol=0, atol=TOLERANCE):

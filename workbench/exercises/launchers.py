@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from workbench.exercises.mismatch import ExerciseMismatch
-from workbench.exercises.waiting import YourTurn, waits_for_learner
+from workbench.exercises.mismatch import ExerciseMismatch, learners_code
+from workbench.exercises.waiting import waits_for_learner
 from workbench.parallel.group.launch_env import detect_launch_env
 
 _HINT = (
@@ -128,15 +128,9 @@ def check_launcher_place(place: Callable[[Mapping[str, str]], Any]) -> str:
     for case in cases:
         found = detect_launch_env(case.env)
         want = (found.rank, found.world_size, found.local_rank)
-        try:
+        given = f" on {case.name}'s variables ({case.how}): {_listing(case.env)}"
+        with learners_code(name, _HINT, given):
             got = place(dict(case.env))
-        except YourTurn:  # a stub of the learner's: "not attempted yet", not a mismatch
-            raise
-        except Exception as error:  # the learner's code: say where it broke, in their terms
-            raise ExerciseMismatch(
-                f"{name} raised {type(error).__name__}: {error} on {case.name}'s variables ({case.how}): "
-                f"{_listing(case.env)}. Hint: {_HINT}"
-            ) from error
         if not isinstance(got, tuple | list) or len(got) != 3:
             raise ExerciseMismatch(
                 f"{name} returned {got!r} on {case.name}; return three whole numbers, (rank, world_size, "

@@ -26,8 +26,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
-from workbench.exercises.mismatch import ExerciseMismatch
-from workbench.exercises.waiting import YourTurn, waits_for_learner
+from workbench.exercises.mismatch import ExerciseMismatch, learners_code
+from workbench.exercises.waiting import waits_for_learner
 from workbench.kernels.static import LIMITS, SmLimits, occupancy
 
 H100 = LIMITS["sm_90"]
@@ -75,15 +75,8 @@ def check_blocks_per_sm(blocks_per_sm: Callable[[int, int, int], int], limits: S
         want = occupancy(case.registers, case.threads, case.shared_bytes, limits)[0]
         call = f"{name}({case.registers}, {case.threads}, {case.shared_bytes})"
         kernel = f"{case.registers} registers × {case.threads} threads, {case.shared_bytes:,} bytes shared"
-        try:
+        with learners_code(call, _HINT, f" ({kernel}; {case.decides} decides)"):
             got = blocks_per_sm(case.registers, case.threads, case.shared_bytes)
-        except YourTurn:  # a stub of the learner's: "not attempted yet", not a mismatch
-            raise
-        except Exception as error:  # the learner's code: say where it broke, in their terms
-            raise ExerciseMismatch(
-                f"{call} raised {type(error).__name__}: {error} ({kernel}; {case.decides} decides). "
-                f"Hint: {_HINT}"
-            ) from error
         if got != want:
             raise ExerciseMismatch(
                 f"{call} returned {got!r}; {limits.gpu} "

@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from workbench.exercises.mismatch import ExerciseMismatch
-from workbench.exercises.waiting import YourTurn, waits_for_learner
+from workbench.exercises.mismatch import ExerciseMismatch, learners_code
+from workbench.exercises.waiting import waits_for_learner
 from workbench.train.optim import lr_factor
 
 TOLERANCE = 1e-9
@@ -42,14 +42,8 @@ def check_lr_schedule(warmup_cosine: Callable[[int, int, int], float]) -> str:
         for step in range(total):
             want = lr_factor("cosine", step, total, warmup)
             call = f"{name}({step}, {total}, {warmup})"
-            try:
+            with learners_code(call, _HINT):
                 got = warmup_cosine(step, total, warmup)
-            except YourTurn:  # a stub of the learner's: "not attempted yet", not a mismatch
-                raise
-            except Exception as error:  # the learner's code: say where it broke, in their terms
-                raise ExerciseMismatch(
-                    f"{call} raised {type(error).__name__}: {error}. Hint: {_HINT}"
-                ) from error
             if not isinstance(got, int | float) or not math.isclose(got, want, rel_tol=0, abs_tol=TOLERANCE):
                 raise ExerciseMismatch(
                     f"{call} returned {got!r}; the Trainer's multiplier at step {step} of {total} with "
