@@ -23,7 +23,7 @@ import torch
 from workbench.exercises.mismatch import ExerciseMismatch, learners_code
 from workbench.exercises.waiting import waits_for_learner
 from workbench.train.strategy import SingleDevice
-from workbench.train.weight_average import WARMUP, WeightAverage
+from workbench.train.weight_average import WARMUP, WeightAverage, decay_after
 
 TOLERANCE = 1e-5
 RUNS = ((0.99, 60), (0.9, 40), (0.5, 10))  # (decay, steps)
@@ -68,7 +68,7 @@ def _diagnose(
     got: torch.Tensor, before: torch.Tensor, weights: torch.Tensor, decay: float, updates: int
 ) -> str:
     """Name the slip when `got` is one of the usual wrong answers for this update."""
-    rate = min(decay, (1 + updates) / (WARMUP + updates))
+    rate = decay_after(decay, updates)
     slips = {
         "unchanged: update `average` in place (average.mul_(...).add_(...), or average[:] = ...)": before,
         "the average without its warm-up (rate = decay from the first update): it remembers the start for "

@@ -33,6 +33,7 @@ import torch
 from workbench.train.batches import no_epoch_end
 from workbench.train.checkpoint import load_checkpoint, save_checkpoint
 from workbench.train.config import EarlyStopping
+from workbench.train.gradients import local
 from workbench.train.metrics import F1, Accuracy
 from workbench.train.objective import Objective
 from workbench.train.run_dir import ResumedState, val_epoch
@@ -286,19 +287,13 @@ def _better(name: str, metric: Any) -> str:
     )
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of `tensor`: a DTensor's local shard, or the tensor itself."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
-
-
 def _local_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A CPU copy of this rank's part of every parameter and buffer of `model`."""
-    return {name: _local(t).detach().to("cpu", copy=True) for name, t in model.state_dict().items()}
+    return {name: local(t).detach().to("cpu", copy=True) for name, t in model.state_dict().items()}
 
 
 def _load_local_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Copy `state` (from `_local_state`) back into `model`'s parameters and buffers, in place."""
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            _local(tensor).copy_(state[name])
+            local(tensor).copy_(state[name])

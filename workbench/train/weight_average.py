@@ -34,10 +34,22 @@ from typing import Any
 
 import torch
 
+from workbench.train.gradients import local
 from workbench.train.run_dir import ResumedState
 from workbench.train.strategy import Strategy
 
 WARMUP = 10  # the decay after n updates is at most (1 + n) / (WARMUP + n)
+
+
+def decay_after(decay: float, updates: int) -> float:
+    """The decay of the update that follows `updates` earlier ones: `decay`, or less while the average is
+    young (the warm-up).
+
+    Example:
+        >>> decay_after(0.999, 0), decay_after(0.999, 90), decay_after(0.9, 1000)
+        (0.1, 0.91, 0.9)
+    """
+    return min(decay, (1 + updates) / (WARMUP + updates))
 
 
 class WeightAverage:
@@ -61,7 +73,7 @@ class WeightAverage:
         it (a checkpoint without one: at the weights it holds)."""
         if self.decay is None:
             return
-        views = (_local(t) for t in self.model.state_dict().values())  # of the parameters and buffers
+        views = (local(t) for t in self.model.state_dict().values())  # of the parameters and buffers
         self._live = [t for t in views if t.is_floating_point()]  # (counters such as BatchNorm's stay)
         self._average = [t.detach().clone() for t in self._live]
         self.updates = 0
@@ -77,9 +89,8 @@ class WeightAverage:
         if not self.active:
             return
         assert self.decay is not None
-        decay = min(self.decay, (1 + self.updates) / (WARMUP + self.updates))
         with torch.no_grad():
-            torch._foreach_lerp_(self._average, self._live, 1.0 - decay)
+            torch._foreach_lerp_(self._average, self._live, 1.0 - decay_after(self.decay, self.updates))
         self.updates += 1
 
     @contextlib.contextmanager
@@ -123,9 +134,3 @@ class WeightAverage:
             finally:
                 torch._foreach_copy_(self._live, self._swapped)
                 self._swapped = None
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of `tensor`: a DTensor's local shard, or the tensor itself."""
-    to_local = getattr(tensor, "to_local", None)
-    return to_local() if callable(to_local) else tensor
