@@ -61,6 +61,38 @@ def check_nonnegative(field: str, value: object, *, finite: bool = False) -> flo
     return float(value)
 
 
+def check_number(
+    name: str,
+    value: object,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    at_most: float | None = None,
+) -> None:
+    """Raise ValueError unless `value` is a finite number within the bounds given, naming them."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and at_most is not None:
+        ok = value <= at_most
+    if ok and above is not None:
+        ok = value > above
+    if ok and at_least is not None:
+        ok = value >= at_least
+    if ok and below is not None:
+        ok = value < below
+    if not ok:
+        bounds = []
+        if above is not None:
+            bounds.append(f"> {above:g}")
+        if at_least is not None:
+            bounds.append(f"≥ {at_least:g}")
+        if below is not None:
+            bounds.append(f"< {below:g}")
+        if at_most is not None:
+            bounds.append(f"≤ {at_most:g}")
+        raise ValueError(f"{name} must be a finite number {' and '.join(bounds)}, got {value!r}")
+
+
 def check_positive(field: str, value: object) -> float:
     """Return `value` as float if it is a finite number > 0, else raise ValueError."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:

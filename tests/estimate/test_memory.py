@@ -172,6 +172,32 @@ def test_fits_and_rows():
     assert "optimizer_state" in text_table(["component", "bytes", "MiB"], estimate.rows())
 
 
+@pytest.mark.parametrize("method", ["analytic", "traced"])
+def test_ema_decay_counts_the_averaged_weights_the_trainer_keeps(method):
+    from workbench.train.strategy import SingleDevice
+    from workbench.train.weight_average import WeightAverage
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Linear(16, 2))
+    kwargs = {"sample": torch.randn(2, 8), "batch_size": 4, "method": method}
+    plain, averaged = (estimate_memory(model, **kwargs, ema_decay=d) for d in (None, 0.999))
+    average = WeightAverage(0.999, model, SingleDevice("cpu"))
+    average.start(None)  # what a fit with ema_decay=0.999 allocates: parameters and BatchNorm's statistics
+    kept = sum(t.numel() * t.element_size() for t in average._average)
+    assert plain.weight_average == 0
+    assert averaged.weight_average == kept == (8 * 16 + 16 + 2 * 16 + 16 * 2 + 2 + 2 * 16) * 4
+    assert averaged.total - plain.total == kept
+    assert [row[0] for row in averaged.rows()][-2:] == ["weight_average", "total"]
+    assert "weight_average" not in [row[0] for row in plain.rows()]
+
+
+def test_ema_decay_rule_shards_the_parameters_with_the_strategy():
+    profile = ModelProfile(param_count=1000, activation_fixed_bytes=0, linear_param_count=600)
+    kwargs = {"batch_size": 1, "devices": 4, "ema_decay": 0.9}
+    assert estimate_memory(profile, strategy="ddp", **kwargs).weight_average == 4000
+    assert estimate_memory(profile, strategy="fsdp", **kwargs).weight_average == 1000
+    assert estimate_memory(profile, strategy="tensor", **kwargs).weight_average == (400 + 600 / 4) * 4
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -192,6 +218,7 @@ def test_fits_and_rows():
         ({"activation_bytes_per_sample": None}, "activation_bytes_per_sample is required"),
         ({"activation_bytes_per_sample": -1}, "activation_bytes_per_sample must be a number ≥ 0"),
         ({"model": models.linear(3)}, "sample is required"),
+        ({"ema_decay": 1.0}, "ema_decay must be a finite number > 0 and < 1, got 1.0"),
         (
             {"model": models.linear(3), "sample": torch.zeros(0, 3)},
             "sample batch size must be an integer ≥ 1",

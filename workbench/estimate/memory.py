@@ -32,7 +32,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench._validate import check_choice, check_int, check_nonnegative, naming_unknown_arguments
+from workbench._validate import (
+    check_choice,
+    check_int,
+    check_nonnegative,
+    check_number,
+    naming_unknown_arguments,
+)
 from workbench.estimate.profile import FP32, HALF, PRECISIONS, ModelProfile, profile_model
 from workbench.parallel.strategies.registry import COMPOSED, DEFAULT_TP, STRATEGIES
 
@@ -100,6 +106,7 @@ class MemoryEstimate:
     activations: int
     comm_buffers: int = 0
     temporaries: int = 0  # traced: backward's transients, the optimizer's, the batch and the loss at the peak
+    weight_average: int = 0  # with ema_decay: the averaged weights (fp32 parameters and float buffers)
     basis: str = "analytic"  # "traced" or "analytic" (see the module docstring)
     uncertainty: float = ANALYTIC_UNCERTAINTY  # relative, from the test matrix
     checked_on: str | None = None  # the device type a traced estimate's real steps ran on ("cpu", "cuda")
@@ -107,7 +114,7 @@ class MemoryEstimate:
     @property
     def total(self) -> int:
         parts = (self.params, self.grads, self.optimizer_state, self.activations, self.comm_buffers)
-        return sum(parts) + self.temporaries
+        return sum(parts) + self.temporaries + self.weight_average
 
     def describe(self) -> str:
         """How sure the estimate is, e.g. ``"±5%, traced"``."""
@@ -118,8 +125,10 @@ class MemoryEstimate:
         return self.total <= memory_bytes
 
     def rows(self) -> list[tuple[str, int, str]]:
-        """(component, bytes, MiB) rows for `workbench.tables.text_table`, the total last."""
-        names = ("params", "grads", "optimizer_state", "activations", "temporaries", "comm_buffers", "total")
+        """(component, bytes, MiB) rows for `workbench.tables.text_table`, the total last (weight_average only
+        where there is one)."""
+        names = ("params", "grads", "optimizer_state", "activations", "temporaries", "comm_buffers")
+        names += ("weight_average", "total") if self.weight_average else ("total",)
         return [(name, getattr(self, name), f"{getattr(self, name) / 2**20:.2f}") for name in names]
 
 
@@ -156,6 +165,7 @@ def estimate_memory(
     method: str = "auto",
     target: torch.Tensor | None = None,
     loss_fn: Any = None,
+    ema_decay: float | None = None,
 ) -> MemoryEstimate:
     """Training memory per device.
 
@@ -182,6 +192,9 @@ def estimate_memory(
         gradient_as_bucket_view: DDP's option; False (its default) keeps gradient buckets beside ``.grad``.
         tp: for ``"fsdp+tp"`` and ``"ddp+tp"``: ranks per tensor-parallel group (it divides `devices`).
         pp: for ``"ddp+pp"``: stages per pipeline (it divides `devices`).
+        ema_decay: the Trainer's ``TrainConfig.ema_decay``; with a decay, the moving average of the weights
+            it keeps counts as `weight_average`: an fp32 copy of each device's parameters (sharded as they
+            are) and of the model's float buffers (BatchNorm's statistics, never sharded).
 
     Rules (P parameter bytes, G gradient bytes, S optimizer state bytes, A activation bytes of the batch):
         - ``single``: P + G + S + A; ``devices`` must be 1.
@@ -225,6 +238,8 @@ def estimate_memory(
     stages = inner if strategy == "ddp+pp" else devices
     micro = check_int("micro_batches", stages if micro_batches is None else micro_batches, minimum=1)
     check_choice("method", method, METHODS)
+    if ema_decay is not None:
+        check_number("ema_decay", ema_decay, above=0, below=1)
     from workbench.estimate import trace  # at call time, as `_traced` (the class it raises is this module's)
 
     trace.checked_model(model, sample)  # a class or a name: said; an nn.Module's sample: one input tensor
@@ -239,7 +254,7 @@ def estimate_memory(
         try:
             return _traced(
                 model, sample, batch_size, target, loss_fn, precision, optimizer, momentum, strategy, devices,
-                gradient_as_bucket_view, calibrate=method == "auto",
+                gradient_as_bucket_view, calibrate=method == "auto", averaged=ema_decay is not None,
             )  # fmt: skip
         except trace.TraceFailed as failed:
             if method == "traced":
@@ -272,6 +287,7 @@ def estimate_memory(
         optimizer_state=round(count * FP32 * state_tensors),
         activations=round(activations),
         comm_buffers=round(buffers),
+        weight_average=round(_average_bytes(model, count)) if ema_decay is not None else 0,
         basis=f"analytic{untraced}",
     )
 
@@ -289,6 +305,7 @@ def _traced(
     devices: int,
     gradient_as_bucket_view: bool,
     calibrate: bool,
+    averaged: bool,
 ) -> MemoryEstimate:
     """One device's traced step (checked by real small steps if `calibrate`), DDP's buckets, FSDP's shards."""
     from workbench.estimate import trace
@@ -325,6 +342,7 @@ def _traced(
             parts[name] = parts[name] / devices
         largest = max((sum(p.numel() for p in m.parameters()) for m in model.children()), default=0)
         buffers = largest * ((HALF if precision != "fp32" else FP32) + FP32)
+    param_count = sum(p.numel() for p in model.parameters()) / (devices if strategy == "fsdp" else 1)
     return MemoryEstimate(
         params=round(parts["params"]),
         grads=round(parts["grads"]),
@@ -332,10 +350,18 @@ def _traced(
         activations=round(parts["activations"]),
         comm_buffers=round(buffers),
         temporaries=round(parts["temporaries"]),
+        weight_average=round(_average_bytes(model, param_count)) if averaged else 0,
         basis=basis,
         uncertainty=uncertainty,
         checked_on=checked_on,
     )
+
+
+def _average_bytes(model: nn.Module | ModelProfile | int, param_count: float) -> float:
+    """What `workbench.train.weight_average` keeps on a device holding `param_count` parameters: an fp32 copy
+    of them and of `model`'s float buffers (an nn.Module's; no strategy shards them)."""
+    buffers = model.buffers() if isinstance(model, nn.Module) else ()
+    return param_count * FP32 + sum(b.numel() * b.element_size() for b in buffers if b.is_floating_point())
 
 
 def _profile(

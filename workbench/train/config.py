@@ -9,11 +9,10 @@ lives (``TrainConfig(lr=0.1)``: in OptimizerConfig) or what was meant (``learnin
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench._validate import check_choice, check_int, naming_unknown_arguments
+from workbench._validate import check_choice, check_int, check_number, naming_unknown_arguments
 from workbench.data import LoaderConfig
 from workbench.train.choices import COMPILE_MODES, DEVICES, OPTIMIZERS, PRECISIONS, SCHEDULES
 
@@ -56,8 +55,8 @@ class OptimizerConfig:
     def __post_init__(self) -> None:
         check_choice("name", self.name, OPTIMIZERS)
         check_lr(self.lr)
-        _check_number("momentum", self.momentum, at_least=0, below=1)
-        _check_number("weight_decay", self.weight_decay, at_least=0)
+        check_number("momentum", self.momentum, at_least=0, below=1)
+        check_number("weight_decay", self.weight_decay, at_least=0)
         if not isinstance(self.nesterov, bool):
             raise ValueError(f"nesterov must be True or False, got {self.nesterov!r}")
         if self.nesterov and not (self.name == "sgd" and self.momentum > 0):
@@ -67,7 +66,7 @@ class OptimizerConfig:
         if not (isinstance(self.betas, tuple | list) and len(self.betas) == 2):
             raise ValueError(f"betas must be a pair (beta1, beta2), got {self.betas!r}")
         for i, beta in enumerate(self.betas):
-            _check_number(f"betas[{i}]", beta, at_least=0, below=1)
+            check_number(f"betas[{i}]", beta, at_least=0, below=1)
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
         check_choice("schedule", self.schedule, SCHEDULES)
         check_int("warmup_steps", self.warmup_steps, minimum=0)
@@ -116,7 +115,7 @@ class EarlyStopping:
                     f"own names; write metric={self.metric[len(prefix) :]!r}"
                 )
         check_int("patience", self.patience, minimum=1)
-        _check_number("min_delta", self.min_delta, at_least=0)
+        check_number("min_delta", self.min_delta, at_least=0)
         if self.mode is not None:
             check_choice("mode", self.mode, ("min", "max"))
         if not isinstance(self.restore_best, bool):
@@ -222,8 +221,8 @@ class TrainConfig:
         if not isinstance(self.optimizer, OptimizerConfig):
             raise ValueError(_optimizer_fix(self.optimizer))
         check_choice("precision", self.precision, PRECISIONS, PEERS_PRECISIONS)
-        _check_number("clip_norm", self.clip_norm, at_least=0)
-        _check_number("clip_value", self.clip_value, at_least=0)
+        check_number("clip_norm", self.clip_norm, at_least=0)
+        check_number("clip_value", self.clip_value, at_least=0)
         check_int("accumulate", self.accumulate, minimum=1)
         check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
         check_int("log_every", self.log_every, minimum=1)
@@ -241,7 +240,7 @@ class TrainConfig:
             check_int("checkpoint_every_steps", self.checkpoint_every_steps, minimum=1)
         check_choice("device", self.device, DEVICES)
         if self.ema_decay is not None:
-            _check_number("ema_decay", self.ema_decay, above=0, below=1)
+            check_number("ema_decay", self.ema_decay, above=0, below=1)
         if self.profile_steps is not None:
             _check_profile_steps(self.profile_steps)
         if isinstance(self.compile, bool):
@@ -363,7 +362,7 @@ naming_unknown_arguments(OptimizerConfig, {"": TrainConfig}, PEERS_NAMES)
 
 def check_lr(lr: object) -> None:
     """ValueError unless `lr` is a learning rate workbench accepts: finite, > 0 and ≤ `MAX_LR`."""
-    _check_number("lr", lr, above=0, at_most=MAX_LR)
+    check_number("lr", lr, above=0, at_most=MAX_LR)
 
 
 def _fields(kind: type) -> set[str]:
@@ -404,34 +403,3 @@ def _check_profile_steps(steps: object) -> None:
             f"profile_steps must be a pair (first, last) of optimizer steps with 1 ≤ first ≤ last, got "
             f"{steps!r}; e.g. profile_steps=(5, 7) traces steps 5, 6 and 7"
         )
-
-
-def _check_number(
-    name: str,
-    value: object,
-    *,
-    above: float | None = None,
-    at_least: float | None = None,
-    below: float | None = None,
-    at_most: float | None = None,
-) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and at_most is not None:
-        ok = value <= at_most
-    if ok and above is not None:
-        ok = value > above
-    if ok and at_least is not None:
-        ok = value >= at_least
-    if ok and below is not None:
-        ok = value < below
-    if not ok:
-        bounds = []
-        if above is not None:
-            bounds.append(f"> {above:g}")
-        if at_least is not None:
-            bounds.append(f"≥ {at_least:g}")
-        if below is not None:
-            bounds.append(f"< {below:g}")
-        if at_most is not None:
-            bounds.append(f"≤ {at_most:g}")
-        raise ValueError(f"{name} must be a finite number {' and '.join(bounds)}, got {value!r}")
