@@ -61,6 +61,18 @@ def test_the_model_gets_its_weights_and_buffers_back_and_the_config_is_untouched
     assert config.epochs == 3 and config.optimizer.lr == 0.5 and config.eval_every_steps == 5
 
 
+def test_a_config_with_ema_decay_averages_nothing_during_the_test(monkeypatch):
+    """The range test evaluates nothing and puts the weights back: keeping an average would be wasted."""
+    from workbench.train.weight_average import WeightAverage
+
+    averaged = []
+    update = WeightAverage.update
+    monkeypatch.setattr(WeightAverage, "update", lambda self: (averaged.append(self.active), update(self)))
+    config = _sgd(ema_decay=0.99)
+    result = find_lr(torch.nn.Linear(16, 1), F.mse_loss, _regression(), config, steps=10, progress=False)
+    assert len(result.lrs) == 10 and averaged == [False] * 10 and config.ema_decay == 0.99
+
+
 def test_a_loss_that_turns_nan_ends_the_test_with_what_it_saw_and_no_error():
     model = torch.nn.Linear(16, 1)
     before = [p.clone() for p in model.parameters()]

@@ -209,6 +209,7 @@ def find_lr(
         eval_every_steps=None,
         checkpoint_every_steps=None,
         early_stopping=None,
+        ema_decay=None,  # nothing is evaluated, and the weights go back
         optimizer=dataclasses.replace(base.optimizer, lr=start_lr, schedule="constant", warmup_steps=0),
     )
     growth = (end_lr / start_lr) ** (1 / (steps - 1))
