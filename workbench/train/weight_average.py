@@ -119,10 +119,9 @@ class WeightAverage:
             return None
         with self.applied():
             model = self.strategy.model_state(self.model)
-            if model is not None:  # a copy: a single device's state shares the weights' storage
-                model = {
-                    name: value.clone() if torch.is_tensor(value) else value for name, value in model.items()
-                }
+            if model is not None:  # copied where it is the weights' own storage (one process, DDP's replica)
+                live = {_storage(t) for t in self._live}
+                model = {name: _unshared(value, live) for name, value in model.items()}
         return {"updates": self.updates, "decay": self.decay, "model": model}
 
     @contextlib.contextmanager
@@ -134,3 +133,12 @@ class WeightAverage:
             finally:
                 torch._foreach_copy_(self._live, self._swapped)
                 self._swapped = None
+
+
+def _storage(tensor: torch.Tensor) -> tuple[torch.device, int]:
+    return tensor.device, tensor.untyped_storage().data_ptr()
+
+
+def _unshared(value: Any, live: set[tuple[torch.device, int]]) -> Any:
+    """`value`, or a copy of it where it shares storage with the live weights (a gathered shard is new)."""
+    return value.clone() if torch.is_tensor(value) and _storage(value) in live else value
