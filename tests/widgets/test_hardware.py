@@ -115,6 +115,22 @@ def test_a_gpu_s_memory_figure_says_when_a_cpu_checked_it():
     assert "±85%, analytic" in estimator.answer.value and "on this CPU" not in estimator.answer.value
 
 
+def test_the_averaged_weights_box_adds_their_copy_to_every_strategy_s_bar_and_the_answer():
+    estimator = _estimator(hardware_name="H100 SXM")
+    plain = estimator.estimate().memory
+    assert "weight average" not in estimator.answer.value
+    assert [bar.name for bar in estimator.figure.data][-1] == "comm buffers"
+    estimator.averaged_weights.value = True  # as a click does
+    averaged = estimator.estimate().memory
+    assert averaged.weight_average == 4 * estimator.profile.param_count  # an fp32 copy (the MLP has no buffers)
+    assert averaged.total == plain.total + averaged.weight_average
+    assert "weight average" in estimator.answer.value
+    bar = estimator.figure.data[-1]
+    assert bar.name == "weight average" and len(bar.x) == len(STRATEGIES)
+    fsdp = dict(zip(bar.x, bar.y, strict=True))[f"fsdp ×{max(estimator.devices.value, 2)}"]
+    assert fsdp * 2**30 == pytest.approx(averaged.weight_average / 2)  # sharded over 2 devices
+
+
 def test_a_combination_that_cannot_be_shows_why():
     estimator = _estimator()
     estimator.devices.value = 3  # single strategy on 3 devices

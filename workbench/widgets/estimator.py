@@ -1,5 +1,5 @@
-"""`Estimator`: sliders for batch, precision, optimizer, strategy, devices and hardware; the answer to
-"does it fit, how long per step and per epoch, which strategy", recomputed as they move.
+"""`Estimator`: sliders for batch, precision, optimizer, averaged weights, strategy, devices and hardware; the
+answer to "does it fit, how long per step and per epoch, which strategy", recomputed as they move.
 
     estimator = Estimator(model, sample=torch.zeros(1, 64), samples_per_epoch=50_000)
     estimator          # last expression of a cell
@@ -25,8 +25,17 @@ from workbench.tables import html_table
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets._figure_widget import FigureWidget
 
-_COMPONENTS = ("params", "grads", "optimizer_state", "activations", "temporaries", "comm_buffers")
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#8c564b", "#9467bd")
+_COMPONENTS = (
+    "params",
+    "grads",
+    "optimizer_state",
+    "activations",
+    "temporaries",
+    "comm_buffers",
+    "weight_average",
+)
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#8c564b", "#9467bd", "#17becf")
+_EMA_DECAY = 0.999  # any decay: the averaged weights cost the same
 
 
 class Estimator:
@@ -39,6 +48,8 @@ class Estimator:
         hardware: choices by name (default: every GPU datasheet); add measured ones with
             `workbench.estimate.hardware.hardware_from_benchmark`.
         batch_size, precision, optimizer, strategy, devices, hardware_name: starting values.
+        averaged_weights: start with the "averaged weights" box ticked: the moving average of the weights
+            that ``TrainConfig(ema_decay=...)`` keeps, one more fp32 copy of the parameters.
         method: how memory is estimated (`workbench.estimate.estimate_memory`): ``"auto"`` traces a step of
             `model` (single, DDP, FSDP; checked against real small steps), ``"analytic"`` the rules only.
             The answer says which, with its uncertainty.
@@ -68,6 +79,7 @@ class Estimator:
         devices: int = 1,
         hardware_name: str | None = None,
         method: str = "auto",
+        averaged_weights: bool = False,
     ) -> None:
         self.model, self.sample, self.method = model, sample, method
         self._memory: dict[tuple, MemoryEstimate] = {}  # the estimates so far, by slider values
@@ -97,6 +109,9 @@ class Estimator:
         self.strategy = widgets.Dropdown(
             options=list(STRATEGIES), value=strategy, description="strategy", style=style
         )
+        self.averaged_weights = widgets.Checkbox(
+            bool(averaged_weights), description="averaged weights (ema_decay)", style=style
+        )
         self.devices = widgets.IntSlider(devices, min=1, max=64, description="devices", style=style)
         self.device = widgets.Dropdown(
             options=names, value=hardware_name or names[0], description="hardware", style=style
@@ -112,11 +127,12 @@ class Estimator:
                 "template": "plotly_white",
             }
         )
-        controls = [self.batch_size, self.precision, self.optimizer, self.strategy, self.devices, self.device]
+        controls = [self.batch_size, self.precision, self.optimizer, self.averaged_weights]
+        controls += [self.strategy, self.devices, self.device]
         for control in controls:
             control.observe(lambda _: self.update(), names="value")
         self.widget = widgets.VBox(
-            [widgets.HBox([widgets.VBox(controls[:3]), widgets.VBox(controls[3:])]), self.answer, self.figure]
+            [widgets.HBox([widgets.VBox(controls[:4]), widgets.VBox(controls[4:])]), self.answer, self.figure]
         )
         self.update()
 
@@ -147,7 +163,8 @@ class Estimator:
 
     def memory(self, strategy: str, devices: int) -> MemoryEstimate:
         """Memory per device at the current sliders (traced where `method` allows; each answer kept)."""
-        key = (self.batch_size.value, self.precision.value, self.optimizer.value, strategy, devices)
+        averaged = self.averaged_weights.value
+        key = (self.batch_size.value, self.precision.value, self.optimizer.value, averaged, strategy, devices)
         if key not in self._memory:
             self._memory[key] = estimate_memory(
                 self.model,
@@ -159,6 +176,7 @@ class Estimator:
                 strategy=strategy,
                 devices=devices,
                 method=self.method,
+                ema_decay=_EMA_DECAY if averaged else None,
             )
         return self._memory[key]
 
@@ -185,6 +203,8 @@ class Estimator:
         with self.figure.batch_update():
             self.figure.data = ()
             for component, color in zip(_COMPONENTS, _COLORS, strict=True):
+                if component == "weight_average" and not self.averaged_weights.value:
+                    continue
                 values = [getattr(m, component) / 2**30 for m in per_strategy.values()]
                 self.figure.add_bar(x=names, y=values, name=component.replace("_", " "), marker_color=color)
             line = {"dash": "dash", "color": "#a40000"}
@@ -251,4 +271,8 @@ def _memory_basis(memory: MemoryEstimate, hardware: Hardware) -> str:
 
 
 def _memory_parts(memory: MemoryEstimate) -> list[tuple[str, int]]:
-    return [(name, getattr(memory, name)) for name in _COMPONENTS]
+    return [
+        (name, getattr(memory, name))
+        for name in _COMPONENTS
+        if name != "weight_average" or memory.weight_average
+    ]
