@@ -113,6 +113,20 @@ def test_ema_decay_trains_a_run_whose_config_and_checkpoint_keep_the_average(tmp
     )
 
 
+def test_activation_checkpointing_recomputes_the_transformer_s_blocks_and_keeps_the_choice_in_the_run(
+    tmp_path, capsys
+):
+    import json
+
+    args = ["train", "text-transformer", "--epochs", "1", "--n-samples", "256", "--runs-dir", str(tmp_path)]
+    assert main([*args, "--run", "plain"]) == 0
+    assert main([*args, "--run", "ac", "--activation-checkpointing", "TransformerBlock"]) == 0
+    config = json.loads((tmp_path / "ac" / "config.json").read_text())
+    assert config["activation_checkpointing"] == ["TransformerBlock"]
+    plain, recomputed = (read_metrics(tmp_path / run, kind="eval")[-1] for run in ("plain", "ac"))
+    assert recomputed["loss"] == plain["loss"]  # the same results, recomputed or kept
+
+
 def test_a_second_fresh_run_under_the_same_name_is_refused_unless_overwrite(tmp_path, capsys):
     args = ["train", "regression-linear", "--epochs", "1", "--run", "r", "--runs-dir", str(tmp_path)]
     assert main(args) == 0
@@ -157,6 +171,7 @@ def test_a_restart_before_the_first_checkpoint_starts_over(
         (["--threads", "0"], "--threads must be ≥ 1"),
         (["--n-samples", "-5"], "n_samples"),
         (["--ema-decay", "1"], "ema_decay must be a finite number > 0 and < 1, got 1.0"),
+        (["--activation-checkpointing", "blocks"], "found no repeated block in this Sequential"),
     ],
 )
 def test_bad_values_exit_2_with_the_field_named(args, message, capsys):

@@ -122,7 +122,8 @@ def test_the_averaged_weights_box_adds_their_copy_to_every_strategy_s_bar_and_th
     assert [bar.name for bar in estimator.figure.data][-1] == "comm buffers"
     estimator.averaged_weights.value = True  # as a click does
     averaged = estimator.estimate().memory
-    assert averaged.weight_average == 4 * estimator.profile.param_count  # an fp32 copy (the MLP has no buffers)
+    # an fp32 copy of the parameters (the MLP has no buffers)
+    assert averaged.weight_average == 4 * estimator.profile.param_count
     assert averaged.total == plain.total + averaged.weight_average
     assert "weight average" in estimator.answer.value
     bar = estimator.figure.data[-1]

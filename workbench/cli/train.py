@@ -54,6 +54,12 @@ def add(commands: argparse._SubParsersAction) -> None:
         help="evaluate and keep an exponential moving average of the weights with this decay (e.g. 0.999)",
     )
     train.add_argument(
+        "--activation-checkpointing",
+        metavar="blocks|CLASS[,CLASS]",
+        help="recompute these modules' activations in backward instead of keeping them: 'blocks' (the "
+        "model's repeated blocks) or module class names",
+    )
+    train.add_argument(
         "--checkpoint-every-steps", type=int, help="with --run: save a checkpoint also every this many steps"
     )
     train.add_argument("--seed", type=int)

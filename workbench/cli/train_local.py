@@ -32,6 +32,7 @@ _CHANGEABLE = (
     "max_steps",
     "checkpoint_every_steps",
     "ema_decay",
+    "activation_checkpointing",
 )
 
 

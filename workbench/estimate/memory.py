@@ -166,6 +166,7 @@ def estimate_memory(
     target: torch.Tensor | None = None,
     loss_fn: Any = None,
     ema_decay: float | None = None,
+    activation_checkpointing: str | tuple[str, ...] | None = None,
 ) -> MemoryEstimate:
     """Training memory per device.
 
@@ -195,6 +196,9 @@ def estimate_memory(
         ema_decay: the Trainer's ``TrainConfig.ema_decay``; with a decay, the moving average of the weights
             it keeps counts as `weight_average`: an fp32 copy of each device's parameters (sharded as they
             are) and of the model's float buffers (BatchNorm's statistics, never sharded).
+        activation_checkpointing: ``TrainConfig.activation_checkpointing``: the step is traced (and checked)
+            with those modules recomputed in backward; the rules cannot say what that saves, so it needs a
+            traced estimate.
 
     Rules (P parameter bytes, G gradient bytes, S optimizer state bytes, A activation bytes of the batch):
         - ``single``: P + G + S + A; ``devices`` must be 1.
@@ -244,6 +248,11 @@ def estimate_memory(
 
     trace.checked_model(model, sample)  # a class or a name: said; an nn.Module's sample: one input tensor
     traceable = isinstance(model, nn.Module) and sample is not None and strategy in ("single", "ddp", "fsdp")
+    if activation_checkpointing is not None and (not traceable or method == "analytic"):
+        raise ValueError(
+            f"activation_checkpointing={activation_checkpointing!r} is estimated by tracing a step: give an "
+            "nn.Module with sample=, strategy 'single', 'ddp' or 'fsdp', and method 'auto' or 'traced'"
+        )
     if method == "traced" and not traceable:
         raise ValueError(
             f"method='traced' needs an nn.Module with sample= and strategy 'single', 'ddp' or 'fsdp' (got "
@@ -255,9 +264,10 @@ def estimate_memory(
             return _traced(
                 model, sample, batch_size, target, loss_fn, precision, optimizer, momentum, strategy, devices,
                 gradient_as_bucket_view, calibrate=method == "auto", averaged=ema_decay is not None,
+                activation_checkpointing=activation_checkpointing,
             )  # fmt: skip
         except trace.TraceFailed as failed:
-            if method == "traced":
+            if method == "traced" or activation_checkpointing is not None:
                 raise ValueError(f"{failed}; method='analytic' (or 'auto') estimates by the rules") from None
             untraced = f" (not traced: {failed.reason})"
     profile = _profile(model, sample, activation_bytes_per_sample)
@@ -306,12 +316,13 @@ def _traced(
     gradient_as_bucket_view: bool,
     calibrate: bool,
     averaged: bool,
+    activation_checkpointing: str | tuple[str, ...] | None,
 ) -> MemoryEstimate:
     """One device's traced step (checked by real small steps if `calibrate`), DDP's buckets, FSDP's shards."""
     from workbench.estimate import trace
 
     options = {"target": target, "loss_fn": loss_fn, "precision": precision}
-    options.update(optimizer=optimizer, momentum=momentum)
+    options.update(optimizer=optimizer, momentum=momentum, activation_checkpointing=activation_checkpointing)
     trace.check_sample_and_target(model, sample, target, loss_fn)  # the user's mistakes, before the trace's
     step = trace.trace_step_memory(model, sample, batch_size=batch_size, **options)
     parts = dict(step.parts)

@@ -36,6 +36,7 @@ from torch import nn
 from workbench._module_copy import copied_with
 from workbench._one_line import error_in_one_line
 from workbench._validate import BUILD_THE_MODEL, check_int, refuse_class
+from workbench.train.activation_checkpointing import ActivationCheckpointing
 from workbench.train.config import OptimizerConfig
 from workbench.train.optim import build_optimizer, plain_tensors
 from workbench.train.precision import autocast_dtype
@@ -74,6 +75,7 @@ def trace_step_memory(
     precision: str = "fp32",
     optimizer: str = "adam",
     momentum: float = 0.0,
+    activation_checkpointing: str | tuple[str, ...] | None = None,
 ) -> TracedStep:
     """Trace a training step of `model` on a fake batch of `batch_size` (see the module docstring).
 
@@ -85,6 +87,7 @@ def trace_step_memory(
             its log-probabilities).
         precision: ``"fp32"``, or ``"bf16"``/``"fp16"`` autocast as the Trainer runs it.
         optimizer, momentum: the optimizer the Trainer builds (`workbench.train.optim.build_optimizer`).
+        activation_checkpointing: the modules the Trainer would recompute in backward (``TrainConfig``'s).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -95,9 +98,11 @@ def trace_step_memory(
     sample, target = _on_model_device(model, sample, target)
     config = OptimizerConfig(optimizer, lr=1e-3, momentum=momentum)
     fused = plain_tensors(list(model.parameters()))  # outside the mode: inside, .data is a fake tensor
+    recomputed = ActivationCheckpointing(model, activation_checkpointing)
     try:
         with _fake_tensor_log_quiet(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
-            snapshot = _peak_of_a_step(model, mode, sample, target, batch_size, loss_fn, dtype, config, fused)
+            parts = (model, mode, sample, target, batch_size, loss_fn, dtype, config, fused, recomputed)
+            snapshot = _peak_of_a_step(*parts)
     except Exception as error:  # what fake tensors cannot run (the real forward ran: check_sample_and_target)
         raise TraceFailed(error) from error
     parts = dict.fromkeys(("params", "grads", "optimizer_state", "activations", "temporaries"), 0)
@@ -122,6 +127,7 @@ def _peak_of_a_step(
     dtype: torch.dtype | None,
     config: OptimizerConfig,
     fused: bool,
+    recomputed: ActivationCheckpointing,
 ) -> dict:
     """MemTracker's peak snapshot of the second of two training steps of a fake copy of `model` (in
     FakeTensorMode `mode`) on a fake batch of `batch_size`; `fused`: the optimizer the Trainer would build
@@ -141,13 +147,14 @@ def _peak_of_a_step(
             optim.step()
             optim.zero_grad(set_to_none=True)
 
-    step(update=True)  # untracked: creates the optimizer state
-    tracker = MemTracker()
-    tracker.track_external(fake, optim, *(t for t in (inputs, targets) if t is not None))
-    with tracker:
-        # A fused optimizer updates in place, allocating nothing; its fake kernel allocates outputs, so
-        # a fused step's peak is the end of backward (traced), an unfused one's is traced in full.
-        step(update=not fused)
+    with recomputed.applied(fake):
+        step(update=True)  # untracked: creates the optimizer state
+        tracker = MemTracker()
+        tracker.track_external(fake, optim, *(t for t in (inputs, targets) if t is not None))
+        with tracker:
+            # A fused optimizer updates in place, allocating nothing; its fake kernel allocates outputs, so
+            # a fused step's peak is the end of backward (traced), an unfused one's is traced in full.
+            step(update=not fused)
     return tracker.get_tracker_snapshot("peak")
 
 
@@ -383,6 +390,7 @@ def calibrate(
     precision: str = "fp32",
     optimizer: str = "adam",
     momentum: float = 0.0,
+    activation_checkpointing: str | tuple[str, ...] | None = None,
 ) -> Calibration:
     """Train a copy of `model` for real at two small batches (`CALIBRATION_BATCH` and half of it, at most
     `batch_size`; zeros shaped like `sample` and `target`; a first step creates the optimizer state) and trace
@@ -402,8 +410,13 @@ def calibrate(
         optim = build_optimizer(copy_.parameters(), OptimizerConfig(optimizer, lr=1e-3, momentum=momentum))
         loss = (lambda output, _: _loss(output, None, None)) if loss_fn is None else loss_fn
         dummy = targets if targets is not None else torch.zeros(0)
-        real.append(measure_peak(copy_, optim, loss, inputs, dummy, autocast_dtype=dtype, proxy=False).peak)
+        with ActivationCheckpointing(model, activation_checkpointing).applied(copy_):
+            real.append(
+                measure_peak(copy_, optim, loss, inputs, dummy, autocast_dtype=dtype, proxy=False).peak
+            )
         options = {"target": target, "loss_fn": loss_fn, "precision": precision}
-        options.update(optimizer=optimizer, momentum=momentum)
+        options.update(
+            optimizer=optimizer, momentum=momentum, activation_checkpointing=activation_checkpointing
+        )
         traced.append(trace_step_memory(model, sample, batch_size=batch, **options).peak)
     return Calibration(batches, (real[0], real[1]), (traced[0], traced[1]), sample.device.type)

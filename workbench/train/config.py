@@ -14,6 +14,7 @@ from typing import Any
 
 from workbench._validate import check_choice, check_int, check_number, naming_unknown_arguments
 from workbench.data import LoaderConfig
+from workbench.train.activation_checkpointing import module_names
 from workbench.train.choices import COMPILE_MODES, DEVICES, OPTIMIZERS, PRECISIONS, SCHEDULES
 
 MAX_LR = 1e3  # a learning rate above this is a typo (1e3 vs 1e-3), not a setting
@@ -180,6 +181,10 @@ class TrainConfig:
         ema_decay: keep an exponential moving average of the weights with this decay (0.999: about the
             last 1000 steps), which val and test evaluate and the model holds when the fit ends (see
             `workbench.train.weight_average`), in (0, 1); None: the trained weights, unaveraged.
+        activation_checkpointing: recompute modules' activations in backward instead of keeping them
+            (`workbench.train.activation_checkpointing`): ``"blocks"`` (the model's repeated blocks) or the
+            module classes to recompute (classes, their names, or names joined by commas; kept as a tuple of
+            names); None: keep every activation.
 
     Example:
         >>> TrainConfig(epochs=3, optimizer=OptimizerConfig("adamw", lr=3e-4), precision="bf16").epochs
@@ -214,6 +219,7 @@ class TrainConfig:
     max_steps: int | None = None
     checkpoint_every_steps: int | None = None
     ema_decay: float | None = None
+    activation_checkpointing: str | tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, minimum=1)
@@ -243,6 +249,8 @@ class TrainConfig:
             check_number("ema_decay", self.ema_decay, above=0, below=1)
         if self.profile_steps is not None:
             _check_profile_steps(self.profile_steps)
+        if self.activation_checkpointing is not None:
+            object.__setattr__(self, "activation_checkpointing", module_names(self.activation_checkpointing))
         if isinstance(self.compile, bool):
             raise ValueError(
                 f"compile must be a mode name, got {self.compile!r}; use compile='default' to compile "

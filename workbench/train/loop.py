@@ -16,11 +16,12 @@ The loop publishes plain-dict events to callbacks (`workbench.train.events`) and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ import torch
 from workbench._validate import check_choice
 from workbench.data import as_splits
 from workbench.train import gradients
+from workbench.train.activation_checkpointing import ActivationCheckpointing
 from workbench.train.arguments import (
     check_arguments,
     check_device,
@@ -211,6 +213,7 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         self.precision = resolve_precision(self.config.precision, self.device)
         check_can_compile(self.config.compile, self.device)
         self.rank, self.world_size = self.strategy.rank, self.strategy.world_size
+        self._checkpointing = ActivationCheckpointing(model, self.config.activation_checkpointing)  # as given
         self.model = self.strategy.wrap(model)  # on the device (a pipeline moves only its stage)
         self._step_model = compile_module(self.model, self.config.compile)  # what steps call: compiled or not
         self.control, callbacks = supervised_control_and_callbacks(control, callbacks)  # a launcher's
@@ -256,7 +259,8 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         check_resume(resume)
         started = time.perf_counter()
         shown = fit_progress_shown(self.progress, self.events, is_main=self.strategy.is_main)
-        with shown, one_line_interrupts(self) as pressed, self.record.held(), self.instruments.watching_fit():
+        held = self.record.held(), self.instruments.watching_fit(), self._checkpointing.applied(self.model)
+        with shown, one_line_interrupts(self) as pressed, _all_of(held):
             status = self._fit(resume)
         where = (self.step, self.epoch, (self._best.epoch, self._best.step), time.perf_counter() - started)
         return after_interrupt(self, pressed, FitResult.of(status, where, self.report.last, self.checkpoint))
@@ -301,8 +305,6 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         batches = prediction_batches(data, self.splits, self.config)
         model = self.strategy.unwrap(self.model)  # every rank predicts every batch, as evaluation forwards
         return predict_outputs(model, batches, self.strategy, self.objective, self.precision)
-
-    # ------------------------------------------------------------------ loop
 
     def _run_epoch(self) -> bool:
         """Run the rest of the current epoch; False if a stop was requested."""
@@ -429,6 +431,15 @@ class Trainer(InProcessJob, InstrumentReadings, PeersAttributes):  # a Job here;
         where = LoopPosition(self.step, self.epoch, self._position, *dataclasses.astuple(self.settings))
         loop = (self._lrs.state(), self._best.state(), self._average)
         self.record.save(where, self.model, self.optimizer, self.scaler, *loop)
+
+
+@contextlib.contextmanager
+def _all_of(managers: Iterable[contextlib.AbstractContextManager]) -> Iterator[None]:
+    """Inside each of `managers`, entered in order (and left in reverse)."""
+    with contextlib.ExitStack() as stack:
+        for manager in managers:
+            stack.enter_context(manager)
+        yield
 
 
 def _train_mode(model: torch.nn.Module, strategy: Strategy) -> None:
