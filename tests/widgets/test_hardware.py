@@ -132,6 +132,22 @@ def test_the_averaged_weights_box_adds_their_copy_to_every_strategy_s_bar_and_th
     assert fsdp * 2**30 == pytest.approx(averaged.weight_average / 2)  # sharded over 2 devices
 
 
+def test_the_activation_checkpointing_box_trades_the_blocks_activations_for_their_forward_again():
+    lm = models.transformer_lm(65, 32, d_model=32, n_heads=2, n_layers=4)
+    sample = torch.zeros(1, 32, dtype=torch.long)
+    estimator = Estimator(lm, sample, samples_per_epoch=1000, batch_size=32, method="traced")
+    kept = estimator.estimate()
+    estimator.recomputed_blocks.value = True  # as a click does
+    recomputed = estimator.estimate()
+    assert recomputed.memory.total < 0.7 * kept.memory.total
+    ratio = recomputed.time.compute_s / kept.time.compute_s
+    assert 1.2 < ratio < 4 / 3, ratio  # the blocks' forward once more, not the head's
+    estimator.strategy.value = "pipeline"  # the rules cannot say what recomputing saves: it says so
+    answer = estimator.answer.value
+    assert "Not possible" in answer and "estimated by tracing a step" in answer
+    assert _estimator().recomputed_blocks.disabled  # an MLP has no repeated blocks
+
+
 def test_a_combination_that_cannot_be_shows_why():
     estimator = _estimator()
     estimator.devices.value = 3  # single strategy on 3 devices

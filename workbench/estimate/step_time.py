@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from workbench._validate import check_int, check_nonnegative
+from workbench.train.activation_checkpointing import ActivationCheckpointing
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,9 @@ def predict_step_time(
     )
 
 
-def forward_flops(model: nn.Module, sample: torch.Tensor) -> int:
+def forward_flops(model: nn.Module, sample: torch.Tensor, within: list[nn.Module] | None = None) -> int:
     """FLOPs of one forward on `sample`, counting Linear and Conv layers only (2 per multiply-add;
-    biases, activations and pooling ignored).
+    biases, activations and pooling ignored); `within`: only those inside these modules.
 
     Example:
         >>> forward_flops(nn.Linear(10, 5), torch.zeros(3, 10))
@@ -113,7 +114,8 @@ def forward_flops(model: nn.Module, sample: torch.Tensor) -> int:
             fan_in = module.in_channels // module.groups * module.weight[0, 0].numel()
             total[0] += 2 * fan_in * output.numel()
 
-    layers = [m for m in model.modules() if isinstance(m, nn.Linear | nn.modules.conv._ConvNd)]
+    counted = model.modules() if within is None else (m for part in within for m in part.modules())
+    layers = [m for m in counted if isinstance(m, nn.Linear | nn.modules.conv._ConvNd)]
     handles = [m.register_forward_hook(hook) for m in layers]
     try:
         sample_output(model, sample)
@@ -123,11 +125,21 @@ def forward_flops(model: nn.Module, sample: torch.Tensor) -> int:
     return total[0]
 
 
-def training_flops(model: nn.Module, sample: torch.Tensor) -> int:
-    """FLOPs of forward + backward on `sample`: 3 × forward (backward computes input and weight gradients).
+def training_flops(
+    model: nn.Module, sample: torch.Tensor, activation_checkpointing: str | tuple[str, ...] | None = None
+) -> int:
+    """FLOPs of forward + backward on `sample`: 3 × forward (backward computes input and weight gradients),
+    plus, with `activation_checkpointing` (``TrainConfig``'s), the recomputed modules' forward once more.
 
     Example:
         >>> training_flops(nn.Linear(10, 5), torch.zeros(3, 10))
         900
+        >>> blocks = nn.Sequential(nn.Sequential(nn.Linear(10, 10)), nn.Sequential(nn.Linear(10, 10)))
+        >>> training_flops(blocks, torch.zeros(3, 10)), training_flops(blocks, torch.zeros(3, 10), "blocks")
+        (3600, 4800)
     """
-    return 3 * forward_flops(model, sample)
+    flops = 3 * forward_flops(model, sample)
+    if activation_checkpointing is None:
+        return flops
+    recomputed = ActivationCheckpointing(model, activation_checkpointing).modules(model)
+    return flops + forward_flops(model, sample, within=recomputed)

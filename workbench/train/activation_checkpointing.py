@@ -48,10 +48,14 @@ class ActivationCheckpointing:
         self.classes: tuple[type, ...] = () if self.which is None else _chosen_classes(model, self.which)
         self._forwards: dict[nn.Module, Callable[..., Any]] = {}  # one per module, so a compile sees the same
 
+    def modules(self, model: nn.Module) -> list[nn.Module]:
+        """The modules of `model` that recompute: the outermost of the chosen classes."""
+        return list(_outermost(model, self.classes)) if self.classes else []
+
     @contextlib.contextmanager
     def applied(self, model: nn.Module) -> Iterator[None]:
         """Inside, the chosen modules of `model` (its wrapped form, as the steps run it) recompute."""
-        modules = list(_outermost(model, self.classes)) if self.classes else []
+        modules = self.modules(model)
         for module in modules:
             if module not in self._forwards:
                 self._forwards[module] = _recomputing_forward(module)

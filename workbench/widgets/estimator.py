@@ -1,5 +1,6 @@
-"""`Estimator`: sliders for batch, precision, optimizer, averaged weights, strategy, devices and hardware; the
-answer to "does it fit, how long per step and per epoch, which strategy", recomputed as they move.
+"""`Estimator`: sliders for batch, precision, optimizer, averaged weights, activation checkpointing, strategy,
+devices and hardware; the answer to "does it fit, how long per step and per epoch, which strategy",
+recomputed as they move.
 
     estimator = Estimator(model, sample=torch.zeros(1, 64), samples_per_epoch=50_000)
     estimator          # last expression of a cell
@@ -50,6 +51,10 @@ class Estimator:
         batch_size, precision, optimizer, strategy, devices, hardware_name: starting values.
         averaged_weights: start with the "averaged weights" box ticked: the moving average of the weights
             that ``TrainConfig(ema_decay=...)`` keeps, one more fp32 copy of the parameters.
+        recomputed_blocks: start with the "activation checkpointing" box ticked: the model's repeated blocks
+            recomputed in backward (``TrainConfig(activation_checkpointing="blocks")``): their activations
+            leave the memory (traced strategies only), their forward adds to the step's FLOPs. A model
+            without repeated blocks has the box disabled.
         method: how memory is estimated (`workbench.estimate.estimate_memory`): ``"auto"`` traces a step of
             `model` (single, DDP, FSDP; checked against real small steps), ``"analytic"`` the rules only.
             The answer says which, with its uncertainty.
@@ -80,11 +85,17 @@ class Estimator:
         hardware_name: str | None = None,
         method: str = "auto",
         averaged_weights: bool = False,
+        recomputed_blocks: bool = False,
     ) -> None:
         self.model, self.sample, self.method = model, sample, method
         self._memory: dict[tuple, MemoryEstimate] = {}  # the estimates so far, by slider values
         self.profile = profile_model(model, sample)
         self.flops_per_sample = training_flops(model, sample) / len(sample)
+        try:  # with the repeated blocks recomputed in backward: their forward once more
+            recomputing = training_flops(model, sample, "blocks") / len(sample)
+        except ValueError:  # none
+            recomputing = None
+        self._recomputing_flops_per_sample = recomputing
         self.samples_per_epoch = check_int("samples_per_epoch", samples_per_epoch, minimum=1)
         self.hardware = (
             hardware
@@ -112,6 +123,14 @@ class Estimator:
         self.averaged_weights = widgets.Checkbox(
             bool(averaged_weights), description="averaged weights (ema_decay)", style=style
         )
+        self.recomputed_blocks = widgets.Checkbox(
+            bool(recomputed_blocks) and recomputing is not None,
+            description="activation checkpointing (blocks)"
+            if recomputing
+            else "no repeated blocks to recompute",
+            disabled=recomputing is None,
+            style=style,
+        )
         self.devices = widgets.IntSlider(devices, min=1, max=64, description="devices", style=style)
         self.device = widgets.Dropdown(
             options=names, value=hardware_name or names[0], description="hardware", style=style
@@ -128,11 +147,11 @@ class Estimator:
             }
         )
         controls = [self.batch_size, self.precision, self.optimizer, self.averaged_weights]
-        controls += [self.strategy, self.devices, self.device]
+        controls += [self.recomputed_blocks, self.strategy, self.devices, self.device]
         for control in controls:
             control.observe(lambda _: self.update(), names="value")
         self.widget = widgets.VBox(
-            [widgets.HBox([widgets.VBox(controls[:4]), widgets.VBox(controls[4:])]), self.answer, self.figure]
+            [widgets.HBox([widgets.VBox(controls[:5]), widgets.VBox(controls[5:])]), self.answer, self.figure]
         )
         self.update()
 
@@ -148,9 +167,10 @@ class Estimator:
     def estimate(self, strategy: str | None = None, devices: int | None = None) -> TrainingEstimate:
         """The estimate at the current slider values (optionally another strategy or device count)."""
         strategy, devices = strategy or self.strategy.value, devices or self.devices.value
+        recomputing = self.recomputed_blocks.value
         return estimate_training(
             self.profile,
-            self.flops_per_sample,
+            self._recomputing_flops_per_sample if recomputing else self.flops_per_sample,
             self.samples_per_epoch,
             self.hardware[self.device.value],
             batch_size=self.batch_size.value,
@@ -163,8 +183,9 @@ class Estimator:
 
     def memory(self, strategy: str, devices: int) -> MemoryEstimate:
         """Memory per device at the current sliders (traced where `method` allows; each answer kept)."""
-        averaged = self.averaged_weights.value
-        key = (self.batch_size.value, self.precision.value, self.optimizer.value, averaged, strategy, devices)
+        averaged, recomputing = self.averaged_weights.value, self.recomputed_blocks.value
+        key = (self.batch_size.value, self.precision.value, self.optimizer.value, averaged, recomputing)
+        key += (strategy, devices)
         if key not in self._memory:
             self._memory[key] = estimate_memory(
                 self.model,
@@ -177,6 +198,7 @@ class Estimator:
                 devices=devices,
                 method=self.method,
                 ema_decay=_EMA_DECAY if averaged else None,
+                activation_checkpointing="blocks" if recomputing else None,
             )
         return self._memory[key]
 
