@@ -60,6 +60,22 @@ def test_recomputed_blocks_train_to_the_same_weights_and_run_their_forward_twice
         assert calls[which] == [n + steps[which] for n in calls[None]], (calls, steps)
 
 
+def test_a_forward_set_on_the_instance_by_another_library_is_recomputed_and_given_back():
+    splits, vocab = _splits()
+    model = _lm(vocab)
+    block = next(m for m in model.modules() if type(m).__name__ == "TransformerBlock")
+    calls = []
+
+    def counted(*args, **kwargs):  # as a library's hook wraps a module's forward on the instance
+        calls.append(torch.is_grad_enabled())
+        return type(block).forward(block, *args, **kwargs)
+
+    block.forward = counted
+    result = Trainer(model, models.next_token_loss, splits, _config("blocks"), progress=False).fit()
+    assert block.forward is counted
+    assert calls.count(True) == 2 * result.step  # in forward and again in backward, through the library's
+
+
 def test_the_step_s_peak_memory_falls_where_blocks_are_recomputed():
     """The allocator's peak over a step (torch.profiler's memory events on CPU) of 4 blocks at batch 32."""
     splits, vocab = _splits()

@@ -21,8 +21,8 @@ Example:
     Traceback (most recent call last):
     ...
     ValueError: activation_checkpointing='blocks' found no repeated block in this Sequential (no class with \
-modules of its own occurs twice; its classes: Flatten ×1, Linear ×3, ReLU ×2); name the modules to recompute \
-instead, e.g. activation_checkpointing=('Linear',)
+modules of its own occurs twice; its classes: Flatten ×1, Linear ×3, ReLU ×2); name the classes to recompute \
+instead, modules that keep several activations for backward: activation_checkpointing=('YourBlock',)
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ class ActivationCheckpointing:
     def __init__(self, model: nn.Module, which: str | type | tuple[str | type, ...] | None) -> None:
         self.which = None if which is None else module_names(which)
         self.classes: tuple[type, ...] = () if self.which is None else _chosen_classes(model, self.which)
-        self._forwards: dict[nn.Module, Callable[..., Any]] = {}  # one per module, so a compile sees the same
+        # per module: its forward as it was (an instance's own, or None: its class's) and the recomputing one,
+        # made once, so that a compiled model sees the same function at each fit
+        self._forwards: dict[nn.Module, tuple[Any, Callable[..., Any]]] = {}
 
     def modules(self, model: nn.Module) -> list[nn.Module]:
         """The modules of `model` that recompute: the outermost of the chosen classes."""
@@ -57,14 +59,19 @@ class ActivationCheckpointing:
         """Inside, the chosen modules of `model` (its wrapped form, as the steps run it) recompute."""
         modules = self.modules(model)
         for module in modules:
-            if module not in self._forwards:
-                self._forwards[module] = _recomputing_forward(module)
-            module.forward = self._forwards[module]
+            previous = vars(module).get("forward")  # another library may have set one on the instance
+            if module not in self._forwards or self._forwards[module][0] is not previous:
+                self._forwards[module] = previous, _recomputing_forward(module, previous)
+            module.forward = self._forwards[module][1]
         try:
             yield
         finally:
             for module in modules:
-                del module.forward  # the class's own again
+                previous = self._forwards[module][0]
+                if previous is None:
+                    del module.forward  # the class's own again
+                else:
+                    module.forward = previous
 
 
 def module_names(which: object) -> str | tuple[str, ...]:
@@ -74,8 +81,8 @@ def module_names(which: object) -> str | tuple[str, ...]:
         >>> module_names("blocks"), module_names(nn.Linear), module_names("TransformerBlock,FeedForward")
         ('blocks', ('Linear',), ('TransformerBlock', 'FeedForward'))
     """
-    if which == "blocks":
-        return "blocks"
+    if which == BLOCKS:
+        return BLOCKS
     items = which.split(",") if isinstance(which, str) else which
     items = list(items) if isinstance(items, tuple | list) else [items]
     names = tuple(item.__name__ if isinstance(item, type) else item for item in items)
@@ -88,12 +95,15 @@ def module_names(which: object) -> str | tuple[str, ...]:
     return names
 
 
-def _recomputing_forward(module: nn.Module) -> Callable[..., Any]:
+def _recomputing_forward(module: nn.Module, previous: Callable[..., Any] | None) -> Callable[..., Any]:
+    """`module`'s forward (`previous`, else its class's at call time: FSDP reclasses a module) with what it
+    saves for backward recomputed there instead."""
+
     def forward(*args: Any, **kwargs: Any) -> Any:
-        own = type(module).forward
+        own = previous if previous is not None else type(module).forward.__get__(module)
         if not torch.is_grad_enabled():  # evaluation: nothing is kept for a backward
-            return own(module, *args, **kwargs)
-        return checkpoint(own, module, *args, use_reentrant=False, **kwargs)
+            return own(*args, **kwargs)
+        return checkpoint(own, *args, use_reentrant=False, **kwargs)
 
     return forward
 
@@ -113,11 +123,11 @@ def _chosen_classes(model: nn.Module, which: str | tuple[str, ...]) -> tuple[typ
     if which == BLOCKS:
         repeated = tuple(cls for cls, n in counts.items() if n > 1 and _has_children(model, cls))
         if not repeated:
-            example = counts.most_common(1)[0][0].__name__ if counts else "Linear"
             raise ValueError(
                 f"activation_checkpointing='blocks' found no repeated block in this {type(model).__name__} "
-                f"(no class with modules of its own occurs twice; its classes: {listed}); name the modules "
-                f"to recompute instead, e.g. activation_checkpointing=({example!r},)"
+                f"(no class with modules of its own occurs twice; its classes: {listed}); name the classes "
+                "to recompute instead, modules that keep several activations for backward: "
+                "activation_checkpointing=('YourBlock',)"
             )
         return tuple(dict.fromkeys(type(m) for m in _outermost(model, repeated)))  # not those inside them
     names = which
