@@ -148,10 +148,26 @@ def test_the_activation_checkpointing_box_trades_the_blocks_activations_for_thei
     assert _estimator().recomputed_blocks.disabled  # an MLP has no repeated blocks
 
 
+def test_the_largest_batch_button_moves_the_slider_to_the_largest_batch_that_fits():
+    from workbench.estimate import largest_batch_size
+
+    small = hardware_from_benchmark("256 MiB", memory_bytes=256 << 20, copy_gbs=10.0, matmul_gflops=100.0)
+    estimator = _estimator(hardware={"256 MiB": small}, method="analytic")  # the rules: exact, and quick
+    estimator.largest_button.click()
+    expected = largest_batch_size(estimator.model, memory_bytes=256 << 20, sample=torch.zeros(1, 64),
+                                  method="analytic")  # fmt: skip
+    assert estimator.batch_size.value == expected.batch_size > 4096  # the slider's range grew to it
+    assert "per device: " in estimator.largest_answer.value and estimator.estimate().fits
+    estimator.strategy.value, estimator.devices.value = "single", 3  # not possible: said beside the button
+    estimator.largest_button.click()
+    assert "devices=3 with strategy='single'" in html.unescape(estimator.largest_answer.value)
+
+
 def test_a_combination_that_cannot_be_shows_why():
     estimator = _estimator()
     estimator.devices.value = 3  # single strategy on 3 devices
     assert "Not possible" in estimator.answer.value and "devices" in estimator.answer.value
+    assert repr(estimator).startswith("Estimator(single on 3: not possible: devices=3 with strategy='single'")
 
 
 def test_measured_cpu_hardware_plugs_in(cpu_benchmark):

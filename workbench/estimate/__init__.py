@@ -1,7 +1,8 @@
 """Resource estimates for training: does it fit, how long per step and epoch, which strategy.
 
-`estimate_memory` (bytes per device), `communication_bytes` (bytes sent per step), `predict_step_time`
-(roofline step time), and `measure_training_step`, the measurement the memory estimates are tested against.
+`estimate_memory` (bytes per device), `largest_batch_size` (the largest batch that fits a device),
+`communication_bytes` (bytes sent per step), `predict_step_time` (roofline step time), and
+`measure_training_step`, the measurement the memory estimates are tested against.
 
 Example:
     >>> import torch
@@ -13,6 +14,7 @@ Example:
     True
 """
 
+from workbench.estimate.batch_fit import BatchFit, largest_batch_size
 from workbench.estimate.comm import CommEstimate, communication_bytes, ring_allreduce_bytes
 from workbench.estimate.measure import BucketLog, StepMemory, counting_allreduce_hook, measure_training_step
 from workbench.estimate.memory import Cluster, MemoryEstimate, estimate_memory, optimizer_state_tensors
@@ -20,6 +22,7 @@ from workbench.estimate.profile import ModelProfile, profile_model
 from workbench.estimate.step_time import StepTimeEstimate, forward_flops, predict_step_time, training_flops
 
 __all__ = [
+    "BatchFit",
     "BucketLog",
     "Cluster",
     "CommEstimate",
@@ -31,6 +34,7 @@ __all__ = [
     "counting_allreduce_hook",
     "estimate_memory",
     "forward_flops",
+    "largest_batch_size",
     "measure_training_step",
     "optimizer_state_tensors",
     "predict_step_time",

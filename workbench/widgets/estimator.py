@@ -1,6 +1,6 @@
 """`Estimator`: sliders for batch, precision, optimizer, averaged weights, activation checkpointing, strategy,
 devices and hardware; the answer to "does it fit, how long per step and per epoch, which strategy",
-recomputed as they move.
+recomputed as they move; a button moves the batch to the largest that fits.
 
     estimator = Estimator(model, sample=torch.zeros(1, 64), samples_per_epoch=50_000)
     estimator          # last expression of a cell
@@ -8,6 +8,7 @@ recomputed as they move.
 
 from __future__ import annotations
 
+import contextlib
 import html
 from typing import Any
 
@@ -17,7 +18,14 @@ from torch import nn
 
 from workbench._validate import check_int
 from workbench.devices.datasheets import DATASHEETS
-from workbench.estimate import MemoryEstimate, estimate_memory, profile_model, training_flops
+from workbench.estimate import (
+    BatchFit,
+    MemoryEstimate,
+    estimate_memory,
+    largest_batch_size,
+    profile_model,
+    training_flops,
+)
 from workbench.estimate.hardware import Hardware, hardware_from_datasheet
 from workbench.estimate.memory import OPTIMIZERS, PRECISIONS
 from workbench.estimate.plan import TrainingEstimate, estimate_training
@@ -136,6 +144,9 @@ class Estimator:
             options=names, value=hardware_name or names[0], description="hardware", style=style
         )
         self.answer = widgets.HTML()
+        self.largest_button = widgets.Button(description="largest batch that fits", layout={"width": "200px"})
+        self.largest_answer = widgets.HTML()
+        self.largest_button.on_click(lambda _: self._find_largest_batch_clicked())
         self.figure = FigureWidget(
             layout={
                 "height": 330,
@@ -150,9 +161,9 @@ class Estimator:
         controls += [self.recomputed_blocks, self.strategy, self.devices, self.device]
         for control in controls:
             control.observe(lambda _: self.update(), names="value")
-        self.widget = widgets.VBox(
-            [widgets.HBox([widgets.VBox(controls[:5]), widgets.VBox(controls[5:])]), self.answer, self.figure]
-        )
+        largest = widgets.HBox([self.largest_button, self.largest_answer])
+        columns = widgets.HBox([widgets.VBox(controls[:5]), widgets.VBox([*controls[5:], largest])])
+        self.widget = widgets.VBox([columns, self.answer, self.figure])
         self.update()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
@@ -160,7 +171,10 @@ class Estimator:
         return widget_bundle(self.widget, repr(self), **kwargs)
 
     def __repr__(self) -> str:
-        result = self.estimate()
+        try:
+            result = self.estimate()
+        except ValueError as error:  # the controls' combination cannot be: the answer says why
+            return f"Estimator({self.strategy.value} on {self.devices.value}: not possible: {error})"
         verdict = "fits" if result.fits else "does not fit"
         return f"Estimator({result.strategy} on {result.devices} × {result.hardware.name}: {verdict})"
 
@@ -187,20 +201,43 @@ class Estimator:
         key = (self.batch_size.value, self.precision.value, self.optimizer.value, averaged, recomputing)
         key += (strategy, devices)
         if key not in self._memory:
-            self._memory[key] = estimate_memory(
-                self.model,
-                sample=self.sample,
-                batch_size=self.batch_size.value,
-                precision=self.precision.value,
-                optimizer=self.optimizer.value,
-                momentum=0.9 if self.optimizer.value == "sgd" else 0.0,
-                strategy=strategy,
-                devices=devices,
-                method=self.method,
-                ema_decay=_EMA_DECAY if averaged else None,
-                activation_checkpointing="blocks" if recomputing else None,
-            )
+            options = self._memory_options(strategy, devices)
+            self._memory[key] = estimate_memory(self.model, batch_size=self.batch_size.value, **options)
         return self._memory[key]
+
+    def find_largest_batch(self) -> BatchFit:
+        """Move the batch slider to the largest batch per device that fits the hardware at the other
+        settings (`workbench.estimate.largest_batch_size`; what the "largest batch that fits" button does)
+        and say so under the controls."""
+        self.largest_button.disabled, self.largest_answer.value = True, "<i>estimating…</i>"
+        try:
+            memory_bytes = self.hardware[self.device.value].memory_bytes
+            options = self._memory_options(self.strategy.value, self.devices.value)
+            fit = largest_batch_size(self.model, memory_bytes=memory_bytes, **options)
+        except ValueError as error:
+            self.largest_answer.value = f'<span style="color:#a40000">{html.escape(str(error))}</span>'
+            raise
+        finally:
+            self.largest_button.disabled = False
+        self.largest_answer.value = html.escape(fit.describe())
+        if fit.batch_size:
+            self.batch_size.max = max(self.batch_size.max, fit.batch_size)
+            self.batch_size.value = fit.batch_size
+        return fit
+
+    def _memory_options(self, strategy: str, devices: int) -> dict[str, Any]:
+        """`estimate_memory`'s arguments at the current controls, but the batch."""
+        return {
+            "sample": self.sample,
+            "precision": self.precision.value,
+            "optimizer": self.optimizer.value,
+            "momentum": 0.9 if self.optimizer.value == "sgd" else 0.0,
+            "strategy": strategy,
+            "devices": devices,
+            "method": self.method,
+            "ema_decay": _EMA_DECAY if self.averaged_weights.value else None,
+            "activation_checkpointing": "blocks" if self.recomputed_blocks.value else None,
+        }
 
     def update(self) -> None:
         """Recompute the answer and the chart from the sliders (called when one moves)."""
@@ -211,6 +248,10 @@ class Estimator:
         else:
             self.answer.value = _answer_html(result)
         self._draw_strategies()
+
+    def _find_largest_batch_clicked(self) -> None:
+        with contextlib.suppress(ValueError):  # said beside the button
+            self.find_largest_batch()
 
     def _draw_strategies(self) -> None:
         per_strategy = {}
