@@ -353,7 +353,10 @@ def _traced(
             parts[name] = parts[name] / devices
         largest = max((sum(p.numel() for p in m.parameters()) for m in model.children()), default=0)
         buffers = largest * ((HALF if precision != "fp32" else FP32) + FP32)
-    param_count = sum(p.numel() for p in model.parameters()) / (devices if strategy == "fsdp" else 1)
+    average = 0.0  # with ema_decay: this device's share of the parameters, and the buffers
+    if averaged:
+        shards = devices if strategy == "fsdp" else 1
+        average = _average_bytes(model, sum(p.numel() for p in model.parameters()) / shards)
     return MemoryEstimate(
         params=round(parts["params"]),
         grads=round(parts["grads"]),
@@ -361,7 +364,7 @@ def _traced(
         activations=round(parts["activations"]),
         comm_buffers=round(buffers),
         temporaries=round(parts["temporaries"]),
-        weight_average=round(_average_bytes(model, param_count)) if averaged else 0,
+        weight_average=round(average),
         basis=basis,
         uncertainty=uncertainty,
         checked_on=checked_on,

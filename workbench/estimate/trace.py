@@ -101,8 +101,8 @@ def trace_step_memory(
     recomputed = ActivationCheckpointing(model, activation_checkpointing)
     try:
         with _fake_tensor_log_quiet(), FakeTensorMode(allow_non_fake_inputs=True) as mode:
-            parts = (model, mode, sample, target, batch_size, loss_fn, dtype, config, fused, recomputed)
-            snapshot = _peak_of_a_step(*parts)
+            arguments = (model, mode, sample, target, batch_size, loss_fn, dtype, config, fused, recomputed)
+            snapshot = _peak_of_a_step(*arguments)
     except Exception as error:  # what fake tensors cannot run (the real forward ran: check_sample_and_target)
         raise TraceFailed(error) from error
     parts = dict.fromkeys(("params", "grads", "optimizer_state", "activations", "temporaries"), 0)

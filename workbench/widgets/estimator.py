@@ -22,6 +22,7 @@ from workbench.estimate import (
     BatchFit,
     MemoryEstimate,
     estimate_memory,
+    forward_flops,
     largest_batch_size,
     profile_model,
     training_flops,
@@ -31,6 +32,7 @@ from workbench.estimate.memory import OPTIMIZERS, PRECISIONS
 from workbench.estimate.plan import TrainingEstimate, estimate_training
 from workbench.parallel.strategies.registry import STRATEGIES
 from workbench.tables import html_table
+from workbench.train.activation_checkpointing import ActivationCheckpointing
 from workbench.widgets._display import sync_figure_for_display, widget_bundle
 from workbench.widgets._figure_widget import FigureWidget
 
@@ -100,9 +102,11 @@ class Estimator:
         self.profile = profile_model(model, sample)
         self.flops_per_sample = training_flops(model, sample) / len(sample)
         try:  # with the repeated blocks recomputed in backward: their forward once more
-            recomputing = training_flops(model, sample, "blocks") / len(sample)
+            blocks = ActivationCheckpointing(model, "blocks").modules(model)
         except ValueError:  # none
             recomputing = None
+        else:
+            recomputing = self.flops_per_sample + forward_flops(model, sample, within=blocks) / len(sample)
         self._recomputing_flops_per_sample = recomputing
         self.samples_per_epoch = check_int("samples_per_epoch", samples_per_epoch, minimum=1)
         self.hardware = (
