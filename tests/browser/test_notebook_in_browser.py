@@ -27,6 +27,7 @@ import ast
 import itertools
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -293,6 +294,23 @@ def _check_estimator_on_a_gpu(page) -> None:
     answer.filter(has_text="× H100 SXM").wait_for(timeout=30_000)  # the kernel answered the choice
     row = answer.locator("tr", has_text="memory estimate").inner_text()
     assert note in row and "on this CPU" in row, row
+    _check_largest_batch_button(page)
+
+
+def _check_largest_batch_button(page) -> None:
+    """The learner presses "largest batch that fits" (for the H100 just picked): the line beside the button
+    names the batch, and the batch slider moved there."""
+    page.get_by_role("button", name="largest batch that fits").click()
+    said = page.locator(".widget-html", has_text=re.compile(r"^(batch [\d,]+ per device|not even a batch)"))
+    said.wait_for(timeout=60_000)
+    batch = re.search(r"batch ([\d,]+) per device", said.inner_text())
+    assert batch is not None, said.inner_text()
+    readout = page.locator(".widget-slider", has_text="batch / device").locator(".widget-readout")
+    wanted = batch.group(1).replace(",", "")
+    deadline = time.monotonic() + 30
+    while readout.inner_text().replace(",", "") != wanted and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert readout.inner_text().replace(",", "") == wanted, (readout.inner_text(), said.inner_text())
 
 
 def _check_where_the_time_goes(page) -> None:
